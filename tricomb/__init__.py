@@ -1,0 +1,22 @@
+"""tricomb: compose map, zip_with, reduce and scan into pipelines; each compiles to one fused Triton kernel.
+
+    import tricomb as tc
+    pipe = tc.map(tc.softplus) >> tc.reduce(tc.add)
+    y = pipe(x)                      # x: a CUDA tensor, or a CPU tensor run by Triton's interpreter
+    print(pipe.source(x))            # the emitted, self-contained Triton module
+    pipe = tc.parse("map softplus | sum")
+"""
+from ._version import __version__
+from .api import (Pipeline, Plan, cummax, cummin, cumprod, cumsum, map, max, mean, min, prod, reduce, scan, sum,
+                  zip_with)
+from .dsl.parser import parse
+from .errors import (ArityError, AxisError, DeviceError, DTypeError, InlineError, Location, ParseError,
+                     ShapeError, TraceError, TricombError, UnknownNameError, UnsupportedError)
+from .scalar.trace import BUILTINS as _BUILTINS
+
+globals().update(_BUILTINS)  # tc.exp, tc.add, tc.where, ...: one public name per row of the op table
+
+__all__ = ["Pipeline", "Plan", "map", "zip_with", "reduce", "scan", "sum", "prod", "max", "min", "mean", "cumsum",
+           "cumprod", "cummax", "cummin", "parse", "TricombError", "ParseError", "UnknownNameError", "ArityError",
+           "TraceError", "InlineError", "ShapeError", "AxisError", "DTypeError", "DeviceError", "UnsupportedError",
+           "Location", "__version__"] + sorted(_BUILTINS)

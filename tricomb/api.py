@@ -1,0 +1,179 @@
+"""The Python API: stage constructors, ``>>`` composition, and calling a pipeline on tensors."""
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from .errors import AxisError, TricombError, caller_location
+from .lower.fuse import KernelPlan, describe
+from .pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
+from .pipeline.printer import pipeline_text
+from .pipeline.verify import verify
+from .runtime import launch
+from .scalar.trace import BUILTINS, to_function
+
+
+class Plan:
+    """What ``pipe.explain(x)`` returns: ``str(plan)`` is readable; ``plan.num_kernels`` counts kernels."""
+
+    def __init__(self, kernel_plan: KernelPlan):
+        self.kernel_plan = kernel_plan
+
+    @property
+    def num_kernels(self) -> int:
+        return self.kernel_plan.num_kernels
+
+    @property
+    def kind(self) -> str:
+        return self.kernel_plan.kind
+
+    def __str__(self) -> str:
+        return describe(self.kernel_plan)
+
+    __repr__ = __str__
+
+
+class Pipeline:
+    """A composition of stages that compiles to one Triton kernel per input layout.
+
+    ``pipe(*tensors, out=None)`` takes one tensor per input (CUDA, or CPU through Triton's interpreter) and
+    returns a tensor with torch's dtype and shape for the same computation. Compose with ``>>``.
+    """
+
+    __slots__ = ("ir", "_cache")
+
+    def __init__(self, ir: PipelineIR):
+        self.ir = verify(ir)
+        self._cache: dict = {}
+
+    def __rshift__(self, other: "Pipeline") -> "Pipeline":
+        if not isinstance(other, Pipeline):
+            raise TricombError(f"a pipeline can only be composed (>>) with another pipeline or stage, not "
+                               f"{type(other).__name__} {other!r}; wrap functions in tc.map(...)", caller_location())
+        return Pipeline(PipelineIR(self.ir.stages + other.ir.stages))
+
+    def __call__(self, *inputs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return launch.run(self.ir, self._cache, inputs, out)
+
+    def source(self, *inputs: torch.Tensor) -> str:
+        """The emitted module (Python source) for inputs like ``inputs``: it defines ``launch(*inputs)``."""
+        return launch.emit_source(self.ir, inputs)
+
+    def explain(self, *inputs: torch.Tensor) -> Plan:
+        """The kernel plan for inputs like ``inputs``."""
+        return Plan(launch.make_plan(self.ir, inputs))
+
+    @property
+    def num_inputs(self) -> int:
+        return self.ir.num_inputs
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Pipeline) and other.ir == self.ir
+
+    def __hash__(self) -> int:
+        return hash(self.ir)
+
+    def __str__(self) -> str:
+        return pipeline_text(self.ir)
+
+    def __repr__(self) -> str:
+        return f"<tricomb pipeline: {self}>"
+
+
+def build_map(f, where) -> Pipeline:
+    return Pipeline(PipelineIR((Map(to_function(f, role="map's function", location=where), where),)))
+
+
+def build_zip_with(g, where) -> Pipeline:
+    return Pipeline(PipelineIR((ZipWith(to_function(g, role="zip_with's function", location=where), where),)))
+
+
+def build_reduce(op, axis, keepdim, mean: bool, where) -> Pipeline:
+    fn = to_function(op, role="reduce's operator", location=where)
+    if not isinstance(keepdim, bool):
+        raise TricombError(f"keepdim must be True or False, got {keepdim!r}", where)
+    return Pipeline(PipelineIR((Reduce(fn, _axes(axis, where), keepdim, mean, where),)))
+
+
+def build_scan(op, axis, where) -> Pipeline:
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise AxisError(f"scan's axis must be an int, got {axis!r}", where)
+    fn = to_function(op, role="scan's operator", location=where)
+    return Pipeline(PipelineIR((Scan(fn, int(axis), where),)))
+
+
+def _axes(axis, where) -> tuple[int, ...] | None:
+    if axis is None:
+        return None
+    items = axis if isinstance(axis, (tuple, list)) else (axis,)
+    for a in items:
+        if isinstance(a, bool) or not isinstance(a, numbers.Integral):
+            raise AxisError(f"axis must be None, an int or a tuple of ints; got {axis!r}", where)
+    return tuple(int(a) for a in items)
+
+
+def map(f) -> Pipeline:  # noqa: A001 - the field's name for it
+    """``map(f)``: apply the one-argument scalar function ``f`` to every element.
+
+    ``f`` is a builtin (``tc.exp``), a Python def or lambda over builtins and operators (traced), or a
+    ``@triton.jit`` function (copied into the kernel). Raises :class:`TraceError` or :class:`ArityError`.
+    """
+    return build_map(f, caller_location())
+
+
+def zip_with(g) -> Pipeline:
+    """``zip_with(g)``: combine elementwise, after broadcasting by torch's rules.
+
+    As the first stage, ``g``'s k arguments take the pipeline's first k inputs; later, the stream is its first
+    argument and each further argument adds an input to the pipeline.
+    """
+    return build_zip_with(g, caller_location())
+
+
+def reduce(op, axis=None, keepdim: bool = False) -> Pipeline:  # noqa: A001
+    """``reduce(op, axis=None, keepdim=False)``: combine along ``axis`` (None or ``()``: all axes; an int or a
+    tuple of ints) with the associative operator ``op`` (``tc.add``, ``tc.mul``, ``tc.maximum``, ``tc.minimum``).
+
+    The result dtype is torch's for the matching reduction (``torch.sum``, ``torch.prod``, ``torch.amax``,
+    ``torch.amin``); NaN propagates through maximum/minimum as in torch. Raises :class:`AxisError` for a
+    malformed axis, :class:`UnsupportedError` for an operator that is not a builtin associative one.
+    """
+    return build_reduce(op, axis, keepdim, False, caller_location())
+
+
+def scan(op, axis: int = -1) -> Pipeline:
+    """``scan(op, axis=-1)``: inclusive prefix combine along ``axis`` (as ``torch.cumsum`` for ``tc.add``)."""
+    return build_scan(op, axis, caller_location())
+
+
+def _reduce_shorthand(op: str, mean: bool = False):
+    def stage(axis=None, keepdim: bool = False) -> Pipeline:
+        return build_reduce(BUILTINS[op], axis, keepdim, mean, caller_location())
+    return stage
+
+
+def _scan_shorthand(op: str):
+    def stage(axis: int = -1) -> Pipeline:
+        return build_scan(BUILTINS[op], axis, caller_location())
+    return stage
+
+
+sum = _reduce_shorthand("add")  # noqa: A001
+prod = _reduce_shorthand("mul")
+max = _reduce_shorthand("maximum")  # noqa: A001
+min = _reduce_shorthand("minimum")  # noqa: A001
+mean = _reduce_shorthand("add", mean=True)
+cumsum = _scan_shorthand("add")
+cumprod = _scan_shorthand("mul")
+cummax = _scan_shorthand("maximum")
+cummin = _scan_shorthand("minimum")
+
+for _name, _doc in [("sum", "torch.sum"), ("prod", "torch.prod"), ("max", "torch.amax"), ("min", "torch.amin"),
+                    ("mean", "torch.mean")]:
+    globals()[_name].__name__ = _name
+    globals()[_name].__doc__ = f"``{_name}(axis=None, keepdim=False)``: the reduce stage of {_doc}."
+for _name, _doc in [("cumsum", "torch.cumsum"), ("cumprod", "torch.cumprod"), ("cummax", "torch.cummax values"),
+                    ("cummin", "torch.cummin values")]:
+    globals()[_name].__name__ = _name
+    globals()[_name].__doc__ = f"``{_name}(axis=-1)``: the inclusive scan stage of {_doc}."

@@ -1,0 +1,278 @@
+"""Emitting the kernel of a plan: the ``@triton.jit`` kernel itself.
+
+One emitter per concept: :func:`emit_offsets` (an index split over dimension groups into per-tensor
+offsets), :func:`emit_loads`, :func:`emit_stages` (map/zip_with bodies), :func:`emit_combine_function`, and
+one body emitter per kernel kind that composes them. Each emitted line that comes from a pipeline stage carries
+a comment naming that stage.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..lower.bind import input_stages
+from ..lower.fuse import KernelPlan, Slot
+from ..pipeline.ir import Map, Reduce, Stage, ZipWith
+from ..pipeline.printer import stage_text
+from ..scalar.ir import Function
+from .scalar import ScalarContext, emit_function, render_const
+from .writer import Writer
+
+_TL_DTYPES = {
+    torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
+    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16", torch.int32: "tl.int32",
+    torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+
+
+def tl_dtype(dtype: torch.dtype) -> str:
+    """The ``tl`` spelling of a torch dtype."""
+    return _TL_DTYPES[dtype]
+
+
+def group_size(g: int) -> str:
+    return f"n{g}"
+
+
+def group_stride(slot: Slot, g: int) -> str:
+    return f"s_{slot.name}_{g}"
+
+
+def kernel_parameters(p: KernelPlan) -> list[str]:
+    """The kernel's parameters, in order: tensors, scalars, sizes and strides, then constexprs."""
+    params = [s.name for s in p.slots]
+    groups = range(len(p.binding.groups))
+    if p.kind == "map":
+        params.append("numel")
+    else:
+        params += ["M", "K"]
+    if p.kind == "reduce":
+        params = params[:len(p.slots)] + ["partials", "tickets"] + params[len(p.slots):] + ["SPLIT", "CHUNK"]
+    params += [group_size(g) for g in groups]
+    params += [group_stride(s, g) for s in p.slots for g in groups]
+    if p.kind == "map":
+        params.append("BLOCK: tl.constexpr")
+    else:
+        params += ["BLOCK_M: tl.constexpr", "BLOCK_K: tl.constexpr"]
+    if p.kind == "reduce":
+        params += ["SPLIT_BLOCK: tl.constexpr", "TICKET: tl.constexpr"]
+    params.append("WIDE: tl.constexpr")
+    return params
+
+
+def emit_offsets(w: Writer, index: str, groups: list[int], slots, tag: str) -> dict[str, str]:
+    """Split the index vector ``index`` over ``groups`` (outer to inner); one offset variable per slot."""
+    offsets = {}
+    if not groups:
+        for slot in slots:
+            offsets[slot.name] = f"{tag}_{slot.name}"
+            w.line(f"{tag}_{slot.name} = {index} * 0")
+        return offsets
+    coords: dict[int, str] = {}
+    rest = index
+    for j, g in enumerate(reversed(groups)):
+        if j == len(groups) - 1:
+            coords[g] = rest
+            continue
+        coords[g] = f"{tag}_i{g}"
+        w.line(f"{coords[g]} = {rest} % {group_size(g)}")
+        w.line(f"{tag}_q{g} = {rest} // {group_size(g)}")
+        rest = f"{tag}_q{g}"
+    for slot in slots:
+        offsets[slot.name] = f"{tag}_{slot.name}"
+        terms = " + ".join(f"{coords[g]} * {group_stride(slot, g)}" for g in groups)
+        w.line(f"{tag}_{slot.name} = {terms}")
+    return offsets
+
+
+def emit_loads(w: Writer, p: KernelPlan, slots, address: dict[str, str], mask: str) -> dict[str, str]:
+    """Load each slot at its address expression, converted to the compute dtype."""
+    values = {}
+    compute = tl_dtype(p.compute_dtype)
+    for slot in slots:
+        var = f"x_{slot.name}"
+        load = f"tl.load({slot.name} + {address[slot.name]}, mask={mask}, other=0)"
+        if slot.dtype.is_floating_point and slot.dtype != p.compute_dtype:
+            load += f".to({compute})"
+        w.line(f"{var} = {load}")
+        values[slot.name] = var
+    return values
+
+
+def emit_stages(w: Writer, ctx: ScalarContext, p: KernelPlan, stages: tuple[Stage, ...], first: int,
+                stream: str | None, values: dict[str, str], shape: str) -> str:
+    """Apply the map/zip_with ``stages`` (pipeline positions from ``first``) to ``stream``; return the result."""
+    owners = input_stages(p.pipeline)
+    for offset, stage in enumerate(stages):
+        index = first + offset
+        new = [values[f"in{i}"] for i, owner in enumerate(owners) if owner == index]
+        if isinstance(stage, Map):
+            args = [stream] if stream is not None else new
+        else:
+            args = ([stream] if stream is not None else []) + new
+        w.comment(f"stage {index}: {stage_text(stage)}")
+        stream = emit_function(w, ctx, stage.fn, args, shape, tl_dtype(p.compute_dtype))[0]
+    return stream
+
+
+def emit_combine_function(w: Writer, ctx: ScalarContext, name: str, op: Function) -> None:
+    """A ``@triton.jit`` function of two values applying the reduce/scan operator ``op``."""
+    w.line("@triton.jit")
+    with w.block(f"def {name}(a, b):"):
+        result = emit_function(w, ctx, op, ["a", "b"], "[1]", "tl.float32")[0]
+        w.line(f"return {result}")
+
+
+def _store(w: Writer, p: KernelPlan, value: str, address: str, mask: str) -> None:
+    w.line(f"tl.store(out + {address}, {value}.to({tl_dtype(p.output.dtype)}), mask={mask})")
+
+
+def _program_ids(w: Writer, names: list[str]) -> None:
+    for axis, name in enumerate(names):
+        w.line(f"{name} = tl.program_id({axis})")
+    with w.block("if WIDE:"):
+        w.comment("offsets may pass 2**31 - 1: index in int64")
+        for name in names:
+            w.line(f"{name} = {name}.to(tl.int64)")
+
+
+def emit_map_body(w: Writer, ctx: ScalarContext, p: KernelPlan) -> None:
+    """A flat index over the output; every stage elementwise."""
+    _program_ids(w, ["pid"])
+    w.line("idx = pid * BLOCK + tl.arange(0, BLOCK)")
+    w.line("mask = idx < numel")
+    groups = list(range(len(p.binding.groups)))
+    offsets = emit_offsets(w, "idx", groups, p.slots, "o")
+    values = emit_loads(w, p, p.inputs, offsets, "mask")
+    result = emit_stages(w, ctx, p, p.before, 0, _first_stream(p, values), values, "[BLOCK]")
+    _store(w, p, result, offsets["out"], "mask")
+
+
+def _split_groups(p: KernelPlan) -> tuple[list[int], list[int]]:
+    kept = [g for g, grp in enumerate(p.binding.groups) if grp.kind == "kept"]
+    reduced = [g for g, grp in enumerate(p.binding.groups) if grp.kind == "reduced"]
+    return kept, reduced
+
+
+def _tile_address(rows: dict[str, str], ks: dict[str, str], slots) -> dict[str, str]:
+    return {s.name: f"({rows[s.name]}[:, None] + {ks[s.name]}[None, :])" for s in slots}
+
+
+def _first_stream(p: KernelPlan, values: dict[str, str]) -> str | None:
+    """The stream entering stage 0: input 0 itself, unless stage 0 is a zip_with that takes its inputs."""
+    return None if isinstance(p.pipeline.stages[0], ZipWith) else values["in0"]
+
+
+def _before_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: str) -> str:
+    """Inside the loop over K: load the inputs that join before the combine and apply the stages before it."""
+    before = [s for s in p.inputs if not s.after]
+    values = emit_loads(w, p, before, _tile_address(rows, ks, before), mask)
+    return emit_stages(w, ctx, p, p.before, 0, _first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
+
+
+def tile_reduce(ctx: ScalarContext, p: KernelPlan, tile: str, axis: int, combine: str) -> str:
+    """The expression folding ``tile`` along ``axis`` with the plan's operator."""
+    spec = p.operator
+    if spec.tile_reduce is None:
+        return f"tl.reduce({tile}, {axis}, {combine})"
+    ctx.use_helpers([h for h in ("tc_max_over", "tc_min_over") if spec.tile_reduce.startswith(h)])
+    return spec.tile_reduce.format(tile, axis)
+
+
+def tile_scan(p: KernelPlan, tile: str, axis: int, combine: str) -> str:
+    """The expression scanning ``tile`` along ``axis`` (inclusive) with the plan's operator."""
+    spec = p.operator
+    if spec.tile_scan is None:
+        return f"tl.associative_scan({tile}, {axis}, {combine})"
+    return spec.tile_scan.format(tile, axis)
+
+
+def _identity(p: KernelPlan) -> str:
+    return render_const(p.operator.identity)
+
+
+def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, value: str, address, mask: str, shape: str) -> str:
+    """Stages after the reduce/scan, with the inputs that join there loaded at ``address``."""
+    after = [s for s in p.inputs if s.after]
+    values = emit_loads(w, p, after, address, mask)
+    first = len(p.before) + 1
+    return emit_stages(w, ctx, p, p.after, first, value, values, shape)
+
+
+def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
+    """Rows by K; a tile-shaped accumulator over the loop, one tree reduction per row at the end.
+
+    With ``TICKET``, ``SPLIT`` programs share each row tile: each publishes its partial, takes a ticket with an
+    acquire-release atomic, and the program drawing the last ticket combines all partials in index order (so
+    the result is the same from run to run) and resets the ticket for the next launch.
+    """
+    kept, reduced = _split_groups(p)
+    acc = tl_dtype(p.acc_dtype)
+    ident = _identity(p)
+    _program_ids(w, ["pid_m", "pid_k"])
+    w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
+    w.line("row_mask = rows < M")
+    rows = emit_offsets(w, "rows", kept, p.slots, "r")
+    w.line(f"acc = tl.full([BLOCK_M, BLOCK_K], {ident}, {acc})")
+    w.line("k_start = pid_k * CHUNK")
+    with w.block("for k0 in range(0, CHUNK, BLOCK_K):"):
+        w.line("ks = k_start + k0 + tl.arange(0, BLOCK_K)")
+        w.line("mask = row_mask[:, None] & (ks < K)[None, :]")
+        ks = emit_offsets(w, "ks", reduced, [s for s in p.inputs if not s.after], "k")
+        value = _before_combine(w, ctx, p, rows, ks, "mask")
+        w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
+        w.line(f"acc = {combine}(acc, tl.where(mask, {value}, {ident}).to({acc}))")
+    w.line(f"total = {tile_reduce(ctx, p, 'acc', 1, combine)}")
+    with w.block("if TICKET:"):
+        w.line("tl.store(partials + rows * SPLIT + pid_k, total, mask=row_mask)")
+        w.line("tl.debug_barrier()")
+        w.line('ticket = tl.atomic_add(tickets + pid_m, 1, sem="acq_rel")')
+        w.line("keep = row_mask & (ticket == SPLIT - 1)")
+        w.line("parts = tl.arange(0, SPLIT_BLOCK)")
+        w.line("part_mask = keep[:, None] & (parts < SPLIT)[None, :]")
+        w.line(f"partial = tl.load(partials + rows[:, None] * SPLIT + parts[None, :], mask=part_mask, "
+               f"other={ident}, cache_modifier=\".cg\")")
+        w.line(f"total = {tile_reduce(ctx, p, 'partial', 1, combine)}")
+        w.line("tl.atomic_xchg(tickets + pid_m, 0, mask=ticket == SPLIT - 1)")
+    with w.block("else:"):
+        w.line("keep = row_mask")
+    if isinstance(p.combine, Reduce) and p.combine.mean:
+        w.line("total = total / K", comment="mean: divide by the number of elements combined")
+    value = _after_combine(w, ctx, p, "total", rows, "keep", "[BLOCK_M]")
+    _store(w, p, value, rows["out"], "keep")
+
+
+def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
+    """Rows by K, tile by tile along K; ``carry`` holds each row's prefix of the tiles before."""
+    kept, reduced = _split_groups(p)
+    acc = tl_dtype(p.acc_dtype)
+    ident = _identity(p)
+    _program_ids(w, ["pid"])
+    w.line("rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)")
+    w.line("row_mask = rows < M")
+    rows = emit_offsets(w, "rows", kept, p.slots, "r")
+    w.line(f"carry = tl.full([BLOCK_M], {ident}, {acc})")
+    with w.block("for k0 in range(0, K, BLOCK_K):"):
+        w.line("ks = k0 + tl.arange(0, BLOCK_K)")
+        w.line("mask = row_mask[:, None] & (ks < K)[None, :]")
+        ks = emit_offsets(w, "ks", reduced, p.slots, "k")
+        value = _before_combine(w, ctx, p, rows, ks, "mask")
+        w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
+        w.line(f"tile = tl.where(mask, {value}, {ident}).to({acc})")
+        w.line(f"scanned = {combine}(carry[:, None], {tile_scan(p, 'tile', 1, combine)})")
+        w.line("carry = tc_last(scanned, BLOCK_K)", comment="masked lanes hold the identity: the row's prefix so far")
+        ctx.use_helpers(["tc_last"])
+        address = _tile_address(rows, ks, p.slots)
+        value = _after_combine(w, ctx, p, "scanned", address, "mask", "[BLOCK_M, BLOCK_K]")
+        _store(w, p, value, address["out"], "mask")
+
+
+def emit_kernel(w: Writer, ctx: ScalarContext, p: KernelPlan, name: str, combine: str | None) -> None:
+    """The plan's ``@triton.jit`` kernel, named ``name``."""
+    w.line("@triton.jit")
+    with w.block(f"def {name}({', '.join(kernel_parameters(p))}):"):
+        if p.kind == "map":
+            emit_map_body(w, ctx, p)
+        elif p.kind == "reduce":
+            emit_reduce_body(w, ctx, p, combine)
+        else:
+            emit_scan_body(w, ctx, p, combine)

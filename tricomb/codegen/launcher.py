@@ -1,0 +1,147 @@
+"""Emitting ``launch(*inputs, out=None, **overrides)``: the host side of the emitted module.
+
+``launch`` recomputes, from the tensors it is given, only what varies within a layout class: the broadcast
+shape, group sizes and strides, the schedule, and whether offsets need int64. The group structure, dtypes and
+axes are fixed by the plan and written in as constants.
+"""
+from __future__ import annotations
+
+from ..lower.fuse import KernelPlan
+from .kernel import group_size, group_stride, kernel_parameters
+from .writer import Writer
+
+RUNTIME_HELPERS = '''
+_TICKETS = {}
+_NUM_SMS = {}
+
+
+def _tickets(device, count):
+    """Zeroed int32 counters for the last-program tickets, kept per device; each kernel resets its own."""
+    have = _TICKETS.get(device)
+    if have is None or have.numel() < count:
+        have = torch.zeros(max(count, 64), dtype=torch.int32).to(device)
+        _TICKETS[device] = have
+    return have
+
+
+def _num_sms(device):
+    if device.type != "cuda":
+        return 1
+    if device not in _NUM_SMS:
+        _NUM_SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _NUM_SMS[device]
+
+
+def _needs_int64(shape, strides):
+    """True when an element index or offset can pass 2**31 - 1."""
+    limit = 2**31 - 1
+    numel = 1
+    for n in shape:
+        numel *= n
+    if numel > limit:
+        return True
+    return any(sum((n - 1) * abs(s) for n, s in zip(shape, st)) > limit for st in strides)
+'''
+
+
+def _shape_expr(names: list[str]) -> str:
+    return "(" + "".join(f"{n}, " for n in names) + ")"
+
+
+def _out_shape(p: KernelPlan) -> str:
+    b = p.binding
+    if p.kind != "reduce":
+        return "tuple(shape)"
+    keepdim = p.combine.keepdim
+    parts = [("1" if keepdim else None) if d in b.axes else f"shape[{d}]" for d in range(b.rank)]
+    return _shape_expr([x for x in parts if x is not None])
+
+
+def _strides_line(w: Writer, p: KernelPlan, slot) -> None:
+    """``st_<slot>``: the slot's stride for every dimension of the iteration space (0 where it broadcasts)."""
+    if not (slot.after and p.kind == "reduce"):
+        w.line(f"st_{slot.name} = {slot.name}.expand(shape).stride()")
+        return
+    b = p.binding
+    if p.combine.keepdim:
+        w.line(f"st_{slot.name} = [0 if d in {tuple(b.axes)!r} else s "
+               f"for d, s in enumerate({slot.name}.expand(out_shape).stride())]")
+        return
+    w.line(f"st_{slot.name} = list({slot.name}.expand(out_shape).stride())")
+    with w.block(f"for axis in {tuple(b.axes)!r}:"):
+        w.line(f"st_{slot.name}.insert(axis, 0)", comment="a reduced axis: the same element for every k")
+
+
+def _product(terms: list[str]) -> str:
+    return " * ".join(terms) if terms else "1"
+
+
+def emit_launch(w: Writer, p: KernelPlan, kernel: str) -> None:
+    """The ``launch`` function for plan ``p`` whose kernel is named ``kernel``."""
+    b = p.binding
+    ins = [s.name for s in p.inputs]
+    before = [s.name for s in p.inputs if not s.after]
+    with w.block(f"def launch({', '.join(ins)}, *, out=None, **overrides):"):
+        w.line(f'"""{p.kind} kernel: returns a new {str(p.output.dtype)[6:]} tensor, or fills ``out``. '
+               f'``overrides`` replace schedule entries."""')
+        w.line(f"shape = torch.broadcast_shapes({', '.join(f'{n}.shape' for n in before)})")
+        w.line(f"out_shape = {_out_shape(p)}")
+        with w.block("if out is None:"):
+            w.line(f"out = torch.empty(out_shape, dtype={p.output.dtype}, device=in0.device)")
+        for slot in p.slots:
+            _strides_line(w, p, slot)
+        groups = list(enumerate(b.groups))
+        for g, grp in groups:
+            w.line(f"{group_size(g)} = {_product([f'shape[{d}]' for d in grp.dims])}")
+        for slot in p.slots:
+            for g, grp in groups:
+                w.line(f"{group_stride(slot, g)} = st_{slot.name}[{grp.dims[-1]}]")
+        w.line(f"M = {_product([group_size(g) for g, grp in groups if grp.kind == 'kept'])}")
+        w.line(f"K = {_product([group_size(g) for g, grp in groups if grp.kind == 'reduced'])}")
+        with w.block("if out.numel() == 0:"):
+            w.line("return out", comment="nothing to compute: launch no empty grid")
+        w.line(f"wide = _needs_int64(shape, [{', '.join(f'st_{s.name}' for s in p.slots)}])")
+        w.line("interpret = not in0.is_cuda")
+        _emit_schedule_and_call(w, p, kernel, groups)
+        w.line("return out")
+
+
+def _emit_schedule_and_call(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
+    reduced = [g for g, grp in groups if grp.kind == "reduced"]
+    inner = f"s_in0_{reduced[-1]} == 1" if reduced else "True"
+    if p.kind == "map":
+        w.line("cfg = schedule_map(M * K, interpret)")
+    elif p.kind == "reduce":
+        w.line(f"cfg = schedule_reduce(M, K, {inner}, _num_sms(in0.device), interpret)")
+    else:
+        w.line(f"cfg = schedule_scan(M, K, {inner}, interpret)")
+    w.line("cfg.update(overrides)")
+    args = kernel_parameters(p)
+    values = {name: name for name in args}
+    values.update({"numel": "M * K", "WIDE: tl.constexpr": "wide"})
+    if p.kind == "map":
+        grid = "(triton.cdiv(M * K, cfg['BLOCK']),)"
+        values["BLOCK: tl.constexpr"] = "cfg['BLOCK']"
+    else:
+        values.update({"BLOCK_M: tl.constexpr": "cfg['BLOCK_M']", "BLOCK_K: tl.constexpr": "cfg['BLOCK_K']"})
+        grid = "(triton.cdiv(M, cfg['BLOCK_M']),)"
+    if p.kind == "reduce":
+        w.line("chunk = triton.cdiv(triton.cdiv(K, cfg['SPLIT']), cfg['BLOCK_K']) * cfg['BLOCK_K']")
+        w.line("split = triton.cdiv(K, chunk) if chunk else 1")
+        with w.block("if split > 1:"):
+            w.comment("split rows: partials per (row, split); tickets pick the program that finishes each row tile")
+            w.line(f"partials = torch.empty(M * split, dtype={p.acc_dtype}, device=in0.device)")
+            w.line("tickets = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']))")
+        with w.block("else:"):
+            w.line("partials = tickets = out", comment="unused without TICKET")
+        values.update({"SPLIT": "split", "CHUNK": "chunk", "SPLIT_BLOCK: tl.constexpr": "triton.next_power_of_2(split)",
+                       "TICKET: tl.constexpr": "split > 1"})
+        grid = "(triton.cdiv(M, cfg['BLOCK_M']), split)"
+    positional = [values[a] for a in args if "constexpr" not in a]
+    keywords = [f"{a.split(':')[0]}={values[a]}" for a in args if "constexpr" in a]
+    call = f"{kernel}[{grid}]({', '.join(positional + keywords + ['num_warps=cfg[' + repr('num_warps') + ']'])})"
+    with w.block("if interpret:"):
+        w.line(call)
+    with w.block("else:"):
+        with w.block("with torch.cuda.device(in0.device):"):
+            w.line(call)

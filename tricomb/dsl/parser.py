@@ -1,0 +1,180 @@
+"""The DSL: text such as ``"map softplus | sum(axis=-1)"`` parsed by Lark (LALR, strict) into the same
+pipeline IR the Python API builds.
+
+The grammar is ``grammar/tricomb.lark``; a source checkout reads it from there and an installed wheel from
+``tricomb/_grammar/`` (the same file, packaged). Names resolve first in ``env`` and then among the builtins;
+an unknown name raises :class:`UnknownNameError` with the closest known names.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+from pathlib import Path
+
+import lark
+
+from ..errors import Location, ParseError, TricombError, UnknownNameError
+from ..scalar.trace import BUILTINS
+
+_SHORTHANDS = {"sum": ("reduce", "add", False), "prod": ("reduce", "mul", False),
+               "max": ("reduce", "maximum", False), "min": ("reduce", "minimum", False),
+               "mean": ("reduce", "add", True), "cumsum": ("scan", "add", False),
+               "cumprod": ("scan", "mul", False), "cummax": ("scan", "maximum", False),
+               "cummin": ("scan", "minimum", False)}
+_STAGE_ARGUMENTS = {"reduce": ("axis", "keepdim"), "scan": ("axis",)}
+
+
+def grammar_path() -> Path:
+    """The grammar file: inside an installed package, else at the top of the source checkout."""
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package / "_grammar" / "tricomb.lark", package.parent / "grammar" / "tricomb.lark"):
+        if candidate.is_file():
+            return candidate
+    raise TricombError(f"the DSL grammar tricomb.lark is missing (looked in {package / '_grammar'} and "
+                       f"{package.parent / 'grammar'}); reinstall tricomb")
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> lark.Lark:
+    return lark.Lark(grammar_path().read_text(), parser="lalr", strict=True, propagate_positions=True,
+                     maybe_placeholders=False)
+
+
+def _caret(text: str, line: int, column: int) -> str:
+    source_line = text.splitlines()[line - 1] if text.splitlines() else ""
+    return f"\n    {source_line}\n    {' ' * (column - 1)}^"
+
+
+def _expected(exc: lark.exceptions.UnexpectedInput) -> str:
+    names = sorted(getattr(exc, "expected", None) or getattr(exc, "allowed", None) or ())
+    readable = {"NAME": "a name", "INT": "an integer", "SHORTHAND": "a shorthand (sum, mean, cumsum, ...)",
+                "VBAR": "'|'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','", "EQUAL": "'='", "MINUS": "'-'",
+                "$END": "the end of the text", "MAP": "map", "ZIP_WITH": "zip_with", "REDUCE": "reduce",
+                "SCAN": "scan", "TRUE": "True", "FALSE": "False", "NONE": "None"}
+    listed = [readable.get(n, n.lower()) for n in names]
+    return f"; expected {', '.join(listed)}" if listed else ""
+
+
+def _syntax_error(text: str, exc: lark.exceptions.UnexpectedInput, source: str) -> ParseError:
+    line, column = exc.line, exc.column
+    if isinstance(exc, lark.exceptions.UnexpectedEOF) or line in (None, -1):
+        lines = text.splitlines() or [""]
+        line, column = len(lines), len(lines[-1]) + 1
+    if isinstance(exc, lark.exceptions.UnexpectedToken):
+        found = "the end of the text" if exc.token.type == "$END" else repr(str(exc.token))
+    elif isinstance(exc, lark.exceptions.UnexpectedCharacters):
+        found = repr(text[exc.pos_in_stream]) if exc.pos_in_stream < len(text) else "the end of the text"
+    else:
+        found = "the end of the text"
+    message = f"unexpected {found}{_expected(exc)}{_caret(text, line, column)}"
+    return ParseError(message, Location(source, line, column))
+
+
+class _Build(lark.Transformer):
+    """Parse tree -> Pipeline, resolving names as it goes."""
+
+    def __init__(self, text: str, env: dict, source: str):
+        super().__init__()
+        self.text, self.env, self.source = text, env, source
+
+    def _where(self, meta_or_token) -> Location:
+        return Location(self.source, meta_or_token.line, meta_or_token.column)
+
+    def _resolve(self, token: lark.Token):
+        name = str(token)
+        if name in self.env:
+            return self.env[name]
+        if name in BUILTINS:
+            return BUILTINS[name]
+        known = sorted(set(self.env) | set(BUILTINS))
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f"; did you mean {' or '.join(close)}?" if close else \
+            "; pass your own functions with tc.parse(text, env={'name': fn})"
+        raise UnknownNameError(f"unknown name {name!r}{hint}{_caret(self.text, token.line, token.column)}",
+                               self._where(token))
+
+    # values
+    def int_value(self, items): return int(items[0])
+    def neg_int_value(self, items): return -int(items[0])
+    def true_value(self, _): return True
+    def false_value(self, _): return False
+    def none_value(self, _): return None
+    def tuple_value(self, items): return tuple(items)
+
+    def argument(self, items):
+        return (items[0], items[1])
+
+    def arguments(self, items):
+        return list(items)
+
+    def fn(self, items):
+        return (items[0], self._resolve(items[0]))
+
+    def _stage(self, kind: str, meta_token, op, arguments, mean: bool = False):
+        from .. import api
+        allowed = _STAGE_ARGUMENTS[kind]
+        kwargs = {}
+        for name_token, value in arguments or []:
+            name = str(name_token)
+            if name not in allowed or name in kwargs:
+                problem = "is given twice" if name in kwargs else "is not an argument of " + kind
+                raise ParseError(f"{name!r} {problem}; {kind} takes {', '.join(allowed)}"
+                                 f"{_caret(self.text, name_token.line, name_token.column)}", self._where(name_token))
+            kwargs[name] = value
+        where = self._where(meta_token)
+        if kind == "reduce":
+            return api.build_reduce(op, kwargs.get("axis"), kwargs.get("keepdim", False), mean, where)
+        return api.build_scan(op, kwargs.get("axis", -1), where)
+
+    @lark.v_args(meta=True)
+    def map_stage(self, meta, items):
+        from .. import api
+        return api.build_map(items[0][1], self._where(meta))
+
+    @lark.v_args(meta=True)
+    def zip_with_stage(self, meta, items):
+        from .. import api
+        return api.build_zip_with(items[0][1], self._where(meta))
+
+    @lark.v_args(meta=True)
+    def reduce_stage(self, meta, items):
+        return self._stage("reduce", meta, items[0][1], items[1] if len(items) > 1 else None)
+
+    @lark.v_args(meta=True)
+    def scan_stage(self, meta, items):
+        return self._stage("scan", meta, items[0][1], items[1] if len(items) > 1 else None)
+
+    @lark.v_args(meta=True)
+    def shorthand_stage(self, meta, items):
+        kind, op, mean = _SHORTHANDS[str(items[0])]
+        return self._stage(kind, meta, BUILTINS[op], items[1] if len(items) > 1 else None, mean)
+
+    def pipeline(self, items):
+        result = items[0]
+        for stage in items[1:]:
+            result = result >> stage
+        return result
+
+    def start(self, items):
+        return items[0]
+
+
+def parse(text: str, env: dict | None = None, *, source: str = "<pipeline>"):
+    """Parse DSL ``text`` into a :class:`~tricomb.api.Pipeline`.
+
+    ``env`` maps names to scalar functions (builtins, Python functions, ``@triton.jit`` functions); they take
+    precedence over builtins. Raises :class:`ParseError` (line, column, caret, what was expected) and
+    :class:`UnknownNameError` (with did-you-mean suggestions).
+    """
+    if not isinstance(text, str):
+        raise TricombError(f"tc.parse takes DSL text (a str), got {type(text).__name__}")
+    try:
+        tree = _parser().parse(text)
+    except lark.exceptions.UnexpectedInput as exc:
+        raise _syntax_error(text, exc, source) from None
+    try:
+        return _Build(text, dict(env or {}), source).transform(tree)
+    except lark.exceptions.VisitError as exc:
+        if isinstance(exc.orig_exc, TricombError):
+            raise exc.orig_exc from None
+        raise

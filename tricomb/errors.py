@@ -1,0 +1,88 @@
+"""The errors tricomb raises.
+
+Every error is a :class:`TricombError`. Each subclass stands for one kind of mistake, and each message
+says what is wrong and how to fix it. Errors about a pipeline stage carry the :class:`Location` where the
+user built that stage (their file and line, or the line and column of DSL text), never a tricomb frame.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a stage or scalar function was written: a file and line, or a column in DSL text."""
+
+    file: str
+    line: int
+    column: int | None = None
+
+    def __str__(self) -> str:
+        col = f", column {self.column}" if self.column is not None else ""
+        return f"{self.file}, line {self.line}{col}"
+
+
+class TricombError(Exception):
+    """Base class of every error tricomb raises on purpose."""
+
+    def __init__(self, message: str, location: Location | None = None):
+        self.message = message
+        self.location = location
+        where = f"{location}: " if location is not None else ""
+        super().__init__(where + message)
+
+
+class ParseError(TricombError):
+    """DSL text that does not follow the grammar, or names nothing known."""
+
+
+class UnknownNameError(ParseError):
+    """A DSL name that is neither a builtin nor in ``env``."""
+
+
+class ArityError(TricombError):
+    """A scalar function called with the wrong number of arguments, or a pipeline with the wrong inputs."""
+
+
+class TraceError(TricombError):
+    """A Python function could not be traced into a scalar expression."""
+
+
+class InlineError(TricombError):
+    """A user ``@triton.jit`` function could not be brought into the emitted module."""
+
+
+class ShapeError(TricombError):
+    """Input shapes that do not broadcast, or an output buffer of the wrong shape."""
+
+
+class AxisError(TricombError):
+    """An axis outside the input's rank, or repeated."""
+
+
+class DTypeError(TricombError):
+    """An input or output dtype tricomb does not handle, or that does not match."""
+
+
+class DeviceError(TricombError):
+    """Inputs on different devices, or on a device tricomb cannot run on."""
+
+
+class UnsupportedError(TricombError):
+    """A well-formed pipeline that this version of tricomb cannot run yet."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def caller_location() -> Location | None:
+    """The innermost stack frame outside tricomb: where the user called into the public API."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PACKAGE_DIR + os.sep):
+            return Location(frame.f_code.co_filename, frame.f_lineno)
+        frame = frame.f_back
+    return None

@@ -1,0 +1,56 @@
+"""Launch parameters (tile sizes, warps, how many programs share a row) chosen from sizes at launch time.
+
+These functions are copied verbatim into every emitted module (so a saved module chooses the same way on its
+own); they may use only ``triton`` and builtins. Each returns a dict of launch parameters; ``launch(...,
+**overrides)`` in the emitted module replaces any of them, which is how tests force tiny tiles.
+
+``interpret`` is True for CPU tensors run by Triton's interpreter, where each program costs Python overhead, so
+tiles are as large as the data allows. On the GPU the sizes follow the usual memory-bound rules: enough
+programs to fill every multiprocessor several times over, 16-byte vector loads per thread, a few thousand
+elements in flight per program.
+"""
+import triton
+
+
+def schedule_map(numel, interpret):
+    """Elementwise: ``BLOCK`` elements per program over a flat index."""
+    if interpret:
+        return {"BLOCK": min(max(triton.next_power_of_2(numel), 16), 1 << 16), "num_warps": 4}
+    if numel >= 1 << 22:
+        return {"BLOCK": 4096, "num_warps": 8}
+    return {"BLOCK": 1024, "num_warps": 4}
+
+
+def schedule_reduce(M, K, inner, num_sms, interpret):
+    """Reduce ``M`` rows of ``K`` elements: ``BLOCK_M`` x ``BLOCK_K`` tiles; rows split ``SPLIT`` ways when few.
+
+    ``inner`` is True when the reduced elements of a row are contiguous in memory (a row-wise reduction), which
+    favours wide ``BLOCK_K``; otherwise the kept dimension is the contiguous one and ``BLOCK_M`` is widened.
+    """
+    limit = 1 << 16 if interpret else 4096
+    k_pow = max(triton.next_power_of_2(max(K, 1)), 2)
+    if inner:
+        block_k = min(k_pow, limit if interpret else 2048)
+        block_m = max(min(limit // block_k, triton.next_power_of_2(max(M, 1))), 1)
+    else:
+        block_m = min(max(triton.next_power_of_2(max(M, 1)), 2), 64 if not interpret else limit // 16)
+        block_k = max(min(k_pow, limit // block_m), 2)
+    split = 1
+    row_tiles = triton.cdiv(max(M, 1), block_m)
+    if not interpret and row_tiles < 2 * num_sms and K >= 8 * block_k:
+        split = min(triton.cdiv(4 * num_sms, row_tiles), triton.cdiv(K, 4 * block_k), 1024)
+    warps = 8 if block_m * block_k >= 2048 else 4
+    return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": max(split, 1), "num_warps": warps}
+
+
+def schedule_scan(M, K, inner, interpret):
+    """Scan ``M`` rows of ``K`` elements: ``BLOCK_M`` rows per program, ``BLOCK_K`` elements per step."""
+    limit = 1 << 16 if interpret else 4096
+    k_pow = max(triton.next_power_of_2(max(K, 1)), 2)
+    if inner:
+        block_k = min(k_pow, limit if interpret else 1024)
+        block_m = max(min(limit // block_k, triton.next_power_of_2(max(M, 1)), 1 if not interpret else limit), 1)
+    else:
+        block_m = min(max(triton.next_power_of_2(max(M, 1)), 2), 64 if not interpret else limit // 16)
+        block_k = max(min(k_pow, 16 if not interpret else limit // block_m), 2)
+    return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4}

@@ -1,0 +1,121 @@
+"""Evaluating the IR with torch, stage by stage.
+
+This is the meaning of a pipeline written as torch calls. It runs on meta tensors to learn result dtypes and
+shapes (torch decides promotion, weak scalars and reduction dtypes), and on float64 CPU tensors as the oracle
+(:mod:`tricomb.testing.reference`).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..scalar.builtins import OPS
+from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall
+from .ir import Map, PipelineIR, Reduce, Scan, ZipWith
+from .verify import operator_spec
+
+OpHook = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _identity(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _as_tensor(value, like: list) -> torch.Tensor:
+    tensors = [t for t in like if isinstance(t, torch.Tensor)]
+    if isinstance(value, torch.Tensor):
+        return value
+    if not tensors:
+        return torch.tensor(value)
+    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    dtype = torch.result_type(tensors[0], value) if len(tensors) == 1 else torch.result_type(
+        torch.empty((), dtype=torch.promote_types(*(t.dtype for t in tensors[:2]))), value)
+    return torch.full(shape, value, dtype=dtype, device=tensors[0].device)
+
+
+def _jit_call(expr: JitCall, operands: list) -> torch.Tensor:
+    tensors = [t if isinstance(t, torch.Tensor) else torch.tensor(t) for t in operands]
+    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    dtype = torch.result_type(*tensors) if len(tensors) > 1 else tensors[0].dtype
+    if tensors[0].device.type == "meta":
+        return torch.empty(shape, dtype=dtype, device="meta")
+    # The meaning of a user @triton.jit function is the function itself: run it alone, elementwise.
+    from ..api import Pipeline
+    from .ir import ZipWith as Z
+    from ..scalar.ir import Arg as A
+    fn = Function(len(tensors), (JitCall(expr.fn, tuple(A(i) for i in range(len(tensors)))),), expr.fn.name)
+    one = Pipeline(PipelineIR((Z(fn),)))
+    return one(*(t.to(dtype).expand(shape) for t in tensors))
+
+
+def evaluate_function(fn: Function, args: list, after_op: OpHook = _identity) -> list[torch.Tensor]:
+    """``fn``'s outputs computed by torch from the tensors ``args``; ``after_op`` is applied to each op's result."""
+    memo: dict[Expr, object] = {}
+
+    def value(expr: Expr):
+        if expr in memo:
+            return memo[expr]
+        if isinstance(expr, Arg):
+            result = args[expr.index]
+        elif isinstance(expr, Const):
+            result = expr.value
+        else:
+            operands = [value(a) for a in expr.args]
+            if isinstance(expr, JitCall):
+                result = after_op(_jit_call(expr, operands))
+            else:
+                if not any(isinstance(o, torch.Tensor) for o in operands):
+                    operands[0] = torch.tensor(operands[0])
+                result = after_op(OPS[expr.op].torch(*operands))
+        memo[expr] = result
+        return result
+
+    return [_as_tensor(value(out), args) for out in fn.outputs]
+
+
+def normalize_axes(axis: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:
+    """Non-negative, sorted reduction axes; ``None`` and ``()`` mean every axis, as in torch."""
+    if not axis:
+        return tuple(range(rank))
+    return tuple(sorted(a % rank if rank else 0 for a in axis))
+
+
+def reduce_tensor(stage: Reduce, x: torch.Tensor) -> torch.Tensor:
+    """torch's result for ``stage`` applied to ``x``."""
+    dims = normalize_axes(stage.axis, x.dim())
+    if stage.mean:
+        return torch.mean(x, dim=dims, keepdim=stage.keepdim)
+    spec = operator_spec(stage.op)
+    if x.dim() == 0:
+        return spec.reduce_ref(x.reshape(1), (0,)).reshape(())
+    out = spec.reduce_ref(x, dims)
+    if stage.keepdim:
+        for d in dims:
+            out = out.unsqueeze(d)
+    return out
+
+
+def scan_tensor(stage: Scan, x: torch.Tensor) -> torch.Tensor:
+    """torch's result for ``stage`` applied to ``x``."""
+    spec = operator_spec(stage.op)
+    if x.dim() == 0:
+        return spec.scan_ref(x.reshape(1), 0).reshape(())
+    return spec.scan_ref(x, stage.axis)
+
+
+def evaluate(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: OpHook = _identity) -> torch.Tensor:
+    """The pipeline's result computed by torch, stage by stage."""
+    pending = list(inputs)
+    stream = None
+    for i, stage in enumerate(pipeline.stages):
+        if isinstance(stage, Map):
+            stream = evaluate_function(stage.fn, [stream if i else pending.pop(0)], after_op)[0]
+        elif isinstance(stage, ZipWith):
+            take = stage.fn.arity if i == 0 else stage.fn.arity - 1
+            new, pending = pending[:take], pending[take:]
+            stream = evaluate_function(stage.fn, new if i == 0 else [stream] + new, after_op)[0]
+        else:
+            x = stream if i else pending.pop(0)
+            stream = after_op(reduce_tensor(stage, x) if isinstance(stage, Reduce) else scan_tensor(stage, x))
+    return stream

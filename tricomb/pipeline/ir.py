@@ -1,0 +1,75 @@
+"""Pipeline IR: the stages users compose, and the pipeline that holds them.
+
+Stages are frozen dataclasses: equal stages are equal keys for the kernel cache, and passes build new nodes
+instead of changing old ones. ``location`` (where the user built the stage) takes no part in equality.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from ..errors import Location
+from ..scalar.ir import Function
+
+
+@dataclass(frozen=True, slots=True)
+class Map:
+    """Apply ``fn`` to every element of the stream."""
+
+    fn: Function
+    location: Location | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ZipWith:
+    """Combine the stream with ``fn.arity - 1`` new inputs, elementwise, after broadcasting.
+
+    As the first stage of a pipeline it takes ``fn.arity`` inputs and no stream.
+    """
+
+    fn: Function
+    location: Location | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """Combine elements along ``axis`` (None: all axes) with the associative binary operator ``op``.
+
+    ``mean`` divides the combined value by the number of elements combined (the ``mean`` shorthand).
+    """
+
+    op: Function
+    axis: tuple[int, ...] | None = None
+    keepdim: bool = False
+    mean: bool = False
+    location: Location | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Inclusive prefix combine of the stream along ``axis`` with the associative binary operator ``op``."""
+
+    op: Function
+    axis: int = -1
+    location: Location | None = field(default=None, compare=False)
+
+
+Stage = Union[Map, ZipWith, Reduce, Scan]
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineIR:
+    """An ordered, non-empty tuple of stages."""
+
+    stages: tuple[Stage, ...]
+
+    @property
+    def num_inputs(self) -> int:
+        """How many tensors the pipeline takes."""
+        count = 0
+        for i, stage in enumerate(self.stages):
+            if isinstance(stage, ZipWith):
+                count += stage.fn.arity if i == 0 else stage.fn.arity - 1
+            elif i == 0:
+                count += 1
+        return count

@@ -1,0 +1,64 @@
+"""Structural checks of a pipeline, before any tensor is seen.
+
+:func:`verify` raises the first problem found, at the stage that has it; the checks that need shapes and
+dtypes (broadcasting, axes) happen when the pipeline is bound to tensors (:mod:`tricomb.lower.bind`).
+"""
+from __future__ import annotations
+
+from ..errors import ArityError, UnsupportedError
+from ..scalar.builtins import OPS, OpSpec
+from ..scalar.ir import Arg, Call, Function
+from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith
+
+
+def operator_spec(op: Function) -> OpSpec | None:
+    """The table row of ``op`` when it is exactly a builtin binary operator (``tc.add``, ``lambda a, b: a + b``)."""
+    out = op.outputs[0] if len(op.outputs) == 1 else None
+    if op.arity == 2 and isinstance(out, Call) and out.args == (Arg(0), Arg(1)):
+        return OPS[out.op]
+    return None
+
+
+def _check_operator(stage: Reduce | Scan, kind: str) -> None:
+    spec = operator_spec(stage.op)
+    if spec is None or spec.identity is None:
+        supported = ", ".join(f"tc.{n}" for n, s in OPS.items() if s.identity is not None)
+        raise UnsupportedError(f"{kind}'s operator {stage.op.name!r} is not one of the builtin associative "
+                               f"operators ({supported}); user-defined operators are not supported yet",
+                               stage.location)
+
+
+def _check_function(stage: Stage, index: int) -> None:
+    fn = stage.fn
+    name = type(stage).__name__
+    if len(fn.outputs) != 1:
+        raise UnsupportedError(f"{name} function {fn.name!r} returns {len(fn.outputs)} values; tuple streams are "
+                               "not supported yet: return one value", stage.location)
+    if isinstance(stage, Map) and fn.arity != 1:
+        raise ArityError(f"map's function {fn.name!r} takes {fn.arity} arguments but map passes one element; "
+                         "use zip_with for functions of several inputs", stage.location)
+    if isinstance(stage, ZipWith) and fn.arity < (1 if index == 0 else 2):
+        need = "at least one argument" if index == 0 else "at least two arguments (the stream and a new input)"
+        raise ArityError(f"zip_with's function {fn.name!r} takes {fn.arity} arguments; it needs {need}",
+                         stage.location)
+
+
+def verify(pipeline: PipelineIR) -> PipelineIR:
+    """Check ``pipeline`` and return it unchanged.
+
+    Raises :class:`ArityError` for a function whose argument count does not fit its stage, and
+    :class:`UnsupportedError` for what this version cannot compile: tuple results, user-defined reduce/scan
+    operators, or more than one reduce or scan.
+    """
+    combines = 0
+    for i, stage in enumerate(pipeline.stages):
+        if isinstance(stage, (Map, ZipWith)):
+            _check_function(stage, i)
+            continue
+        kind = "reduce" if isinstance(stage, Reduce) else "scan"
+        _check_operator(stage, kind)
+        combines += 1
+        if combines > 1:
+            raise UnsupportedError(f"this {kind} is the pipeline's second reduce or scan; one pipeline holds at "
+                                   "most one for now. Split it into two pipelines", stage.location)
+    return pipeline

@@ -1,0 +1,249 @@
+"""THE op table: every builtin scalar function, in one place.
+
+Each :class:`OpSpec` row gives a builtin's name, arity, torch reference (the oracle, also run on meta tensors
+to learn result dtypes), Triton rendering, the Triton helper functions that rendering calls, and, for binary
+operators usable by ``reduce``/``scan``, the laws and identity. The Python API (``tc.exp``), the tracer
+(``x + y``), the DSL (``map exp``), the emitter and the torch oracle all read this table and nothing else.
+
+The Triton renderings use only ``triton.language`` core functions (no libdevice), so the emitted module runs
+unchanged on the GPU and in Triton's interpreter. The formulas for the functions ``tl`` lacks:
+
+* ``log1p(x) = log(u) * x / (u - 1)`` with ``u = 1 + x`` (exact where ``u == 1``): D. Goldberg, "What every
+  computer scientist should know about floating-point arithmetic", ACM Computing Surveys 23(1), 1991, Thm. 4.
+* ``expm1(x) = (u - 1) * x / log(u)`` with ``u = exp(x)``: W. Kahan's trick, in N. J. Higham, *Accuracy and
+  Stability of Numerical Algorithms*, 2nd ed., SIAM 2002, section 1.14.1.
+* ``tanh(x) = -expm1(-2|x|) / (expm1(-2|x|) + 2)``, with the sign of ``x``.
+* ``softplus(x) = x if x > 20 else log1p(exp(x))``: torch.nn.functional.softplus with beta=1, threshold=20.
+* ``gelu``: Hendrycks and Gimpel, "Gaussian Error Linear Units", arXiv:1606.08415, exact (erf) form and
+  tanh approximation, as torch.nn.functional.gelu(approximate="none" | "tanh").
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True, slots=True)
+class OpSpec:
+    """One builtin scalar function.
+
+    ``triton`` is a format string over the already-evaluated operands ``{0}``, ``{1}``, ... ;
+    ``helpers`` names the entries of :data:`HELPERS` it calls. ``identity`` is set for operators that
+    ``reduce`` and ``scan`` accept; ``reduce_ref(x, dims)`` and ``scan_ref(x, dim)`` are torch's own
+    reduction and scan for it. ``tile_reduce`` and ``tile_scan`` (format strings over a tile ``{0}`` and an
+    axis ``{1}``) name a native Triton reduction that equals folding with the operator; without them the
+    kernel uses ``tl.reduce`` / ``tl.associative_scan`` with the operator as combine function. The native
+    forms name Triton's own combine functions (``tl.standard._sum_combine``, ...): on the GPU they compile
+    like ``tl.sum``; Triton's interpreter recognises them and runs numpy's reduction instead of folding one
+    element at a time in Python. (``tl.sum`` itself cannot be called from a module loaded with the
+    interpreter switched on after ``triton.language`` was imported.)
+    """
+
+    name: str
+    arity: int
+    torch: Callable
+    triton: str
+    doc: str
+    helpers: tuple[str, ...] = ()
+    associative: bool = False
+    commutative: bool = False
+    identity: float | None = None
+    reduce_ref: Callable | None = None
+    scan_ref: Callable | None = None
+    tile_reduce: str | None = None
+    tile_scan: str | None = None
+
+
+def _prod_over(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    for d in sorted(dims, reverse=True):
+        x = torch.prod(x, dim=d)
+    return x
+
+
+def _nan_max(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    return torch.amax(x, dim=dims)
+
+
+def _nan_min(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    return torch.amin(x, dim=dims)
+
+
+# Triton helper functions the renderings call. Each is emitted once, and only when used.
+# name -> (source, helpers it calls)
+HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tc_log1p": ('''
+@triton.jit
+def tc_log1p(x):
+    # log1p(x) = log(u) * x / (u - 1), u = 1 + x (Goldberg 1991, Theorem 4)
+    u = 1.0 + x
+    r = tl.log(u) * (x / (u - 1.0))
+    r = tl.where(u == 1.0, x, r)
+    return tl.where(x == float("inf"), x, r)
+''', ()),
+    "tc_expm1": ('''
+@triton.jit
+def tc_expm1(x):
+    # expm1(x) = (u - 1) * x / log(u), u = exp(x) (Kahan; Higham 2002, 1.14.1)
+    u = tl.exp(x)
+    r = (u - 1.0) * (x / tl.log(u))
+    r = tl.where(u == 1.0, x, r)
+    r = tl.where(u - 1.0 == -1.0, -1.0, r)
+    return tl.where(u == float("inf"), u, r)
+''', ()),
+    "tc_tanh": ('''
+@triton.jit
+def tc_tanh(x):
+    # tanh(|x|) = -expm1(-2|x|) / (expm1(-2|x|) + 2), sign restored
+    e = tc_expm1(-2.0 * tl.abs(x))
+    t = -e / (e + 2.0)
+    return tl.where(x < 0.0, -t, t)
+''', ("tc_expm1",)),
+    "tc_softplus": ('''
+@triton.jit
+def tc_softplus(x):
+    # torch.nn.functional.softplus(x, beta=1, threshold=20)
+    return tl.where(x > 20.0, x, tc_log1p(tl.exp(x)))
+''', ("tc_log1p",)),
+    "tc_gelu_tanh": ('''
+@triton.jit
+def tc_gelu_tanh(x):
+    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), Hendrycks & Gimpel 2016
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    return 0.5 * x * (1.0 + tc_tanh(inner))
+''', ("tc_tanh",)),
+    "tc_pow": ('''
+@triton.jit
+def tc_pow(a, b):
+    # a ** b as torch.pow: exp2(b log2|a|); a finite negative base needs an integral exponent
+    r = tl.exp2(b * tl.log2(tl.abs(a)))
+    b_int = tl.floor(b) == b
+    b_odd = b_int & (tl.floor(b * 0.5) * 2.0 != b)
+    r = tl.where((a < 0.0) & b_odd, -r, r)
+    r = tl.where((a < 0.0) & (a > float("-inf")) & (~b_int), float("nan"), r)
+    return tl.where((b == 0.0) | (a == 1.0), 1.0, r)
+''', ()),
+    "tc_maximum": ('''
+@triton.jit
+def tc_maximum(a, b):
+    # NaN-propagating maximum, as torch.maximum (tl.maximum drops NaN)
+    return tl.where(a != a, a, tl.where(b != b, b, tl.maximum(a, b)))
+''', ()),
+    "tc_minimum": ('''
+@triton.jit
+def tc_minimum(a, b):
+    # NaN-propagating minimum, as torch.minimum (tl.minimum drops NaN)
+    return tl.where(a != a, a, tl.where(b != b, b, tl.minimum(a, b)))
+''', ()),
+    "tc_last": ('''
+@triton.jit
+def tc_last(x, N: tl.constexpr):
+    # the last column of a 2-D tile, read with a sum (which Triton's interpreter runs as one numpy call)
+    cols = tl.arange(0, N)
+    return tl.reduce(tl.where((cols == N - 1)[None, :], x, 0), 1, tl.standard._sum_combine)
+''', ()),
+    "tc_max_over": ('''
+@triton.jit
+def tc_max_over(x, AXIS: tl.constexpr):
+    # NaN-propagating max along AXIS, as torch.amax (Triton's max drops NaN)
+    has_nan = tl.reduce((x != x).to(tl.int8), AXIS, tl.standard._elementwise_max) > 0
+    return tl.where(has_nan, float("nan"), tl.reduce(x, AXIS, tl.standard._elementwise_max))
+''', ()),
+    "tc_min_over": ('''
+@triton.jit
+def tc_min_over(x, AXIS: tl.constexpr):
+    # NaN-propagating min along AXIS, as torch.amin (Triton's min drops NaN)
+    has_nan = tl.reduce((x != x).to(tl.int8), AXIS, tl.standard._elementwise_max) > 0
+    return tl.where(has_nan, float("nan"), tl.reduce(x, AXIS, tl.standard._elementwise_min))
+''', ()),
+}
+
+
+def _unary(name, torch_fn, triton, doc, helpers=()):
+    return OpSpec(name, 1, torch_fn, triton, doc, helpers)
+
+
+def _binary(name, torch_fn, triton, doc, helpers=(), **laws):
+    return OpSpec(name, 2, torch_fn, triton, doc, helpers, **laws)
+
+
+_SQRT_HALF = 1.0 / math.sqrt(2.0)
+
+_TABLE: list[OpSpec] = [
+    _unary("abs", torch.abs, "tl.abs({0})", "absolute value"),
+    _unary("neg", torch.neg, "-{0}", "negation"),
+    _unary("exp", torch.exp, "tl.exp({0})", "e ** x"),
+    _unary("exp2", torch.exp2, "tl.exp2({0})", "2 ** x"),
+    _unary("expm1", torch.expm1, "tc_expm1({0})", "exp(x) - 1, accurate near 0", ("tc_expm1",)),
+    _unary("log", torch.log, "tl.log({0})", "natural logarithm"),
+    _unary("log2", torch.log2, "tl.log2({0})", "base-2 logarithm"),
+    _unary("log1p", torch.log1p, "tc_log1p({0})", "log(1 + x), accurate near 0", ("tc_log1p",)),
+    _unary("sqrt", torch.sqrt, "tl.sqrt({0})", "square root"),
+    _unary("rsqrt", torch.rsqrt, "tl.rsqrt({0})", "1 / sqrt(x)"),
+    _unary("square", torch.square, "{0} * {0}", "x * x"),
+    _unary("reciprocal", torch.reciprocal, "1.0 / {0}", "1 / x"),
+    _unary("sin", torch.sin, "tl.sin({0})", "sine (radians)"),
+    _unary("cos", torch.cos, "tl.cos({0})", "cosine (radians)"),
+    _unary("tanh", torch.tanh, "tc_tanh({0})", "hyperbolic tangent", ("tc_tanh",)),
+    _unary("sigmoid", torch.sigmoid, "1.0 / (1.0 + tl.exp(-{0}))", "logistic function 1 / (1 + exp(-x))"),
+    _unary("softplus", F.softplus, "tc_softplus({0})", "log(1 + exp(x)); x itself above 20 (torch's threshold)",
+           ("tc_softplus",)),
+    _unary("relu", torch.relu, "tl.where({0} < 0.0, 0.0, {0})", "max(x, 0); NaN stays NaN"),
+    _unary("gelu", F.gelu, f"0.5 * {{0}} * (1.0 + tl.erf({{0}} * {_SQRT_HALF!r}))",
+           "x * Phi(x), exact (erf) form"),
+    _unary("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), "tc_gelu_tanh({0})",
+           "gelu, tanh approximation", ("tc_gelu_tanh",)),
+    _unary("silu", F.silu, "{0} / (1.0 + tl.exp(-{0}))", "x * sigmoid(x)"),
+    _unary("erf", torch.erf, "tl.erf({0})", "error function"),
+    _unary("floor", torch.floor, "tl.floor({0})", "round toward -inf"),
+    _unary("ceil", torch.ceil, "tl.ceil({0})", "round toward +inf"),
+    _unary("sign", torch.sign, "tl.where({0} > 0.0, 1.0, tl.where({0} < 0.0, -1.0, 0.0))",
+           "-1, 0 or 1 (0 for NaN, as torch on the CPU)"),
+    _binary("add", torch.add, "{0} + {1}", "a + b", associative=True, commutative=True, identity=0.0,
+            reduce_ref=lambda x, dims: torch.sum(x, dim=dims), scan_ref=lambda x, d: torch.cumsum(x, dim=d),
+            tile_reduce="tl.reduce({0}, {1}, tl.standard._sum_combine)",
+            tile_scan="tl.associative_scan({0}, {1}, tl.standard._sum_combine)"),
+    _binary("sub", torch.sub, "{0} - {1}", "a - b"),
+    _binary("mul", torch.mul, "{0} * {1}", "a * b", associative=True, commutative=True, identity=1.0,
+            reduce_ref=_prod_over, scan_ref=lambda x, d: torch.cumprod(x, dim=d),
+            tile_reduce="tl.reduce({0}, {1}, tl.standard._prod_combine)",
+            tile_scan="tl.associative_scan({0}, {1}, tl.standard._prod_combine)"),
+    _binary("div", torch.div, "{0} / {1}", "true division a / b"),
+    _binary("pow", torch.pow, "tc_pow({0}, {1})", "a ** b", ("tc_pow",)),
+    _binary("maximum", torch.maximum, "tc_maximum({0}, {1})", "larger of a and b; NaN if either is NaN",
+            ("tc_maximum",), associative=True, commutative=True, identity=-math.inf,
+            reduce_ref=_nan_max, scan_ref=lambda x, d: torch.cummax(x, dim=d).values,
+            tile_reduce="tc_max_over({0}, {1})"),
+    _binary("minimum", torch.minimum, "tc_minimum({0}, {1})", "smaller of a and b; NaN if either is NaN",
+            ("tc_minimum",), associative=True, commutative=True, identity=math.inf,
+            reduce_ref=_nan_min, scan_ref=lambda x, d: torch.cummin(x, dim=d).values,
+            tile_reduce="tc_min_over({0}, {1})"),
+    _binary("lt", torch.lt, "{0} < {1}", "a < b (bool)"),
+    _binary("le", torch.le, "{0} <= {1}", "a <= b (bool)"),
+    _binary("gt", torch.gt, "{0} > {1}", "a > b (bool)"),
+    _binary("ge", torch.ge, "{0} >= {1}", "a >= b (bool)"),
+    _binary("eq", torch.eq, "{0} == {1}", "a == b (bool)"),
+    _binary("ne", torch.ne, "{0} != {1}", "a != b (bool)"),
+    OpSpec("where", 3, torch.where, "tl.where({0}, {1}, {2})", "b where cond else c"),
+]
+
+OPS: dict[str, OpSpec] = {spec.name: spec for spec in _TABLE}
+
+
+def helper_closure(names) -> list[str]:
+    """The helpers ``names`` need, each after the helpers it calls, without repeats."""
+    order: dict[str, None] = {}
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        for dep in HELPERS[name][1]:
+            visit(dep)
+        order[name] = None
+
+    for name in names:
+        visit(name)
+    return list(order)

@@ -1,0 +1,196 @@
+"""Copying user ``@triton.jit`` functions into the emitted module, at the ``ast`` level.
+
+For each function: parse its source, find the names it reads from outside (globals and closure cells),
+resolve each to the object it names, and rewrite the reference: ``triton.language`` becomes ``tl``, another
+``@triton.jit`` function is copied too (recursively) under its emitted name, and a constant becomes a
+module-level ``tl.constexpr``. Anything else cannot live in a self-contained module and raises
+:class:`~tricomb.errors.InlineError`. The emitted module therefore never imports the user's module, which is
+what makes functions defined in ``__main__`` scripts work.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import textwrap
+import types
+from dataclasses import dataclass, field
+
+from ..errors import InlineError, Location
+from .ir import JitRef
+
+
+@dataclass
+class InlinedCode:
+    """What copying produced: definitions in dependency order, and the emitted name of each function."""
+
+    definitions: list[str] = field(default_factory=list)
+    constants: list[str] = field(default_factory=list)
+    imports: list[str] = field(default_factory=list)
+    names: dict[int, str] = field(default_factory=dict)  # id(python function) -> emitted name
+
+
+def _python_fn(jit_fn):
+    return jit_fn.fn
+
+
+def _location(py_fn) -> Location:
+    return Location(py_fn.__code__.co_filename, py_fn.__code__.co_firstlineno)
+
+
+def _parse(py_fn) -> ast.FunctionDef:
+    try:
+        source = textwrap.dedent(inspect.getsource(py_fn))
+    except (OSError, TypeError) as exc:
+        raise InlineError(f"the source of @triton.jit function {py_fn.__name__!r} is not available ({exc}); "
+                          "define it in a .py file (Triton itself needs its source too)", _location(py_fn))
+    tree = ast.parse(source)
+    node = tree.body[0]
+    if not isinstance(node, ast.FunctionDef):  # pragma: no cover - inspect returns the def
+        raise InlineError(f"could not find the def of {py_fn.__name__!r} in its source", _location(py_fn))
+    node.decorator_list = []
+    return node
+
+
+def _local_names(node: ast.FunctionDef) -> set[str]:
+    names = {a.arg for a in node.args.args + node.args.posonlyargs + node.args.kwonlyargs}
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+            names.add(sub.id)
+    return names
+
+
+def _free_value(py_fn, name: str):
+    """The object ``name`` refers to inside ``py_fn`` (closure cell, global, or Python builtin)."""
+    code = py_fn.__code__
+    if py_fn.__closure__ and name in code.co_freevars:
+        return True, py_fn.__closure__[code.co_freevars.index(name)].cell_contents
+    if name in py_fn.__globals__:
+        return True, py_fn.__globals__[name]
+    if hasattr(builtins, name):
+        return False, None  # leave Python builtins (range, min, float, ...) as they are
+    raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {name!r}, which is not defined",
+                      _location(py_fn))
+
+
+def _is_triton_module(obj) -> bool:
+    return isinstance(obj, types.ModuleType) and obj.__name__.split(".")[0] == "triton"
+
+
+class _Copier:
+    """Copies jit functions into one module's namespace; ``taken`` holds names already used there."""
+
+    def __init__(self, taken: set[str]):
+        self.taken = taken
+        self.code = InlinedCode()
+        self._constants: dict[tuple[str, object], str] = {}
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.taken:
+            name, i = f"{base}_{i}", i + 1
+        self.taken.add(name)
+        return name
+
+    def copy(self, jit_fn) -> str:
+        py_fn = _python_fn(jit_fn)
+        if id(py_fn) in self.code.names:
+            return self.code.names[id(py_fn)]
+        name = self.fresh(py_fn.__name__)
+        self.code.names[id(py_fn)] = name
+        node = _parse(py_fn)
+        node.name = name
+        _Rewriter(self, py_fn, _local_names(node)).visit(node)
+        ast.fix_missing_locations(node)
+        self.code.definitions.append("@triton.jit\n" + ast.unparse(node) + "\n")
+        return name
+
+    def reference(self, py_fn, dotted: str, value) -> ast.expr | None:
+        """The expression that replaces a reference to ``value``, or None to keep it as written."""
+        from .trace import is_jit_function
+        from triton.language import constexpr
+        import triton.language as tl
+        if value is tl:
+            return ast.Name("tl", ast.Load())
+        if _is_triton_module(value):
+            if value.__name__ == "triton":
+                return ast.Name("triton", ast.Load())
+            alias = self.fresh(value.__name__.split(".")[-1])
+            self.code.imports.append(f"import {value.__name__} as {alias}")
+            return ast.Name(alias, ast.Load())
+        if is_jit_function(value):
+            return ast.Name(self.copy(value), ast.Load())
+        if isinstance(value, constexpr):
+            value = value.value
+        if isinstance(value, (bool, int, float)):
+            return ast.Name(self._constant(dotted, value), ast.Load())
+        if isinstance(value, types.ModuleType):
+            return None  # resolved attribute by attribute in _Rewriter.visit_Attribute
+        raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {dotted!r}, a {type(value).__name__}, "
+                          "which cannot be copied into a self-contained kernel module; make it a tl.constexpr "
+                          "number, a @triton.jit function, or an argument", _location(py_fn))
+
+    def _constant(self, dotted: str, value) -> str:
+        key = (dotted, value)
+        if key not in self._constants:
+            name = self.fresh(dotted.replace(".", "_"))
+            self._constants[key] = name
+            self.code.constants.append(f"{name} = tl.constexpr({value!r})")
+        return self._constants[key]
+
+
+class _Rewriter(ast.NodeTransformer):
+    def __init__(self, copier: _Copier, py_fn, local: set[str]):
+        self.copier, self.py_fn, self.local = copier, py_fn, local
+
+    def visit_Name(self, node: ast.Name):
+        if not isinstance(node.ctx, ast.Load) or node.id in self.local:
+            return node
+        found, value = _free_value(self.py_fn, node.id)
+        if not found:
+            return node
+        if isinstance(value, types.ModuleType) and not _is_triton_module(value):
+            raise InlineError(f"@triton.jit function {self.py_fn.__name__!r} uses module {node.id!r} "
+                              f"({value.__name__}) other than through its @triton.jit functions or constants; "
+                              "only triton modules can be used inside a kernel", _location(self.py_fn))
+        replacement = self.copier.reference(self.py_fn, node.id, value)
+        return ast.copy_location(replacement, node) if replacement is not None else node
+
+    def visit_Attribute(self, node: ast.Attribute):
+        chain = _dotted(node)
+        if chain is None or chain[0] in self.local:
+            return self.generic_visit(node)
+        found, base = _free_value(self.py_fn, chain[0])
+        if not found or not isinstance(base, types.ModuleType) or _is_triton_module(base):
+            return self.generic_visit(node)
+        value = base
+        for part in chain[1:]:
+            value = getattr(value, part)
+            if not isinstance(value, types.ModuleType):
+                break
+        replacement = self.copier.reference(self.py_fn, ".".join(chain), value)
+        return ast.copy_location(replacement, node) if replacement is not None else node
+
+
+def _dotted(node: ast.expr) -> list[str] | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return [node.id] + parts[::-1]
+
+
+def inline_jit_functions(refs: list[JitRef], taken: set[str]) -> InlinedCode:
+    """Copy the functions ``refs`` (and every ``@triton.jit`` function they call) into one module.
+
+    ``taken`` is the set of names the module already uses; it is extended with every name added.
+    ``InlinedCode.names`` maps ``id(ref.fn.fn)`` to the emitted name of each function.
+    Raises :class:`InlineError` when a function's source is unavailable or it reads a value that cannot be
+    copied.
+    """
+    copier = _Copier(taken)
+    for ref in refs:
+        copier.copy(ref.fn)
+    return copier.code

@@ -1,0 +1,188 @@
+"""Turning what a user passes as a scalar function into a :class:`~tricomb.scalar.ir.Function`.
+
+Builtins are table rows; Python lambdas and defs are traced by calling them on :class:`Traced` placeholders
+whose operators build expressions; user ``@triton.jit`` functions become a :class:`JitCall` whose source
+:mod:`tricomb.scalar.inline` copies into the emitted module.
+"""
+from __future__ import annotations
+
+import inspect
+import numbers
+
+from ..errors import ArityError, Location, TraceError, caller_location
+from .builtins import OPS, OpSpec
+from .ir import Arg, Call, Const, Expr, Function, JitCall, JitRef
+
+_BOOL_MESSAGE = ("a traced value was used as a Python bool (in if, and, or, not, while or a comparison chain); "
+                 "the value is not known until the kernel runs. Use tc.where(cond, a, b) instead")
+
+
+class Traced:
+    """A placeholder for a scalar value while a Python function is traced. Operators build expressions."""
+
+    __slots__ = ("expr",)
+    __hash__ = None  # == builds an expression, so a Traced cannot be a dict key
+
+    def __init__(self, expr: Expr):
+        self.expr = expr
+
+    def __bool__(self):
+        raise TraceError(_BOOL_MESSAGE, caller_location())
+
+    def __float__(self):
+        raise TraceError("a traced value was converted with float() or a math-module function; "
+                         "use tricomb's builtins (tc.exp, tc.sqrt, ...) inside scalar functions", caller_location())
+
+    __int__ = __index__ = __float__
+
+    def __repr__(self) -> str:
+        return f"Traced({self.expr!r})"
+
+    # arithmetic
+    def __add__(self, o): return _apply("add", self, o)
+    def __radd__(self, o): return _apply("add", o, self)
+    def __sub__(self, o): return _apply("sub", self, o)
+    def __rsub__(self, o): return _apply("sub", o, self)
+    def __mul__(self, o): return _apply("mul", self, o)
+    def __rmul__(self, o): return _apply("mul", o, self)
+    def __truediv__(self, o): return _apply("div", self, o)
+    def __rtruediv__(self, o): return _apply("div", o, self)
+    def __pow__(self, o): return _apply("pow", self, o)
+    def __rpow__(self, o): return _apply("pow", o, self)
+    def __neg__(self): return _apply("neg", self)
+    def __pos__(self): return self
+    def __abs__(self): return _apply("abs", self)
+
+    # comparisons
+    def __lt__(self, o): return _apply("lt", self, o)
+    def __le__(self, o): return _apply("le", self, o)
+    def __gt__(self, o): return _apply("gt", self, o)
+    def __ge__(self, o): return _apply("ge", self, o)
+    def __eq__(self, o): return _apply("eq", self, o)  # type: ignore[override]
+    def __ne__(self, o): return _apply("ne", self, o)  # type: ignore[override]
+
+
+def _to_expr(value) -> Expr:
+    if isinstance(value, Traced):
+        return value.expr
+    if isinstance(value, bool) or isinstance(value, numbers.Integral):
+        return Const(int(value) if not isinstance(value, bool) else value)
+    if isinstance(value, numbers.Real):
+        return Const(float(value))
+    raise TraceError(f"a scalar function used a {type(value).__name__} ({value!r}) where a number or traced value "
+                     "was expected; only Python numbers and the function's own arguments can appear in it",
+                     caller_location())
+
+
+def _apply(op: str, *args) -> Traced:
+    return Traced(Call(op, tuple(_to_expr(a) for a in args)))
+
+
+class Builtin:
+    """A builtin scalar function (``tc.exp``, ``tc.add``, ...): callable inside traced functions, and usable
+    directly as a map function, zip_with function or reduce/scan operator."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: OpSpec):
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def __call__(self, *args):
+        if len(args) != self.spec.arity:
+            raise ArityError(f"tc.{self.name} takes {self.spec.arity} argument(s), got {len(args)}",
+                             caller_location())
+        return _apply(self.name, *args)
+
+    def __repr__(self) -> str:
+        return f"tc.{self.name}"
+
+    @property
+    def __doc__(self) -> str:  # type: ignore[override]
+        return f"tc.{self.name}: {self.spec.doc} ({self.spec.arity} argument(s))."
+
+
+BUILTINS: dict[str, Builtin] = {name: Builtin(spec) for name, spec in OPS.items()}
+
+
+def is_jit_function(obj) -> bool:
+    """True for a ``@triton.jit`` function, compiled or interpreted."""
+    from triton.runtime.jit import JITFunction
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # pragma: no cover - older triton
+        InterpretedFunction = JITFunction
+    return isinstance(obj, (JITFunction, InterpretedFunction))
+
+
+def to_function(fn, *, role: str, location: Location | None = None) -> Function:
+    """The :class:`Function` for ``fn``: a Function, a builtin, a ``@triton.jit`` function or a Python callable.
+
+    ``role`` names the stage argument in messages (for example ``"map's function"``).
+    Raises :class:`TraceError` when ``fn`` is not callable or tracing it fails, :class:`ArityError` when its
+    parameters cannot be counted.
+    """
+    if isinstance(fn, Function):
+        return fn
+    if isinstance(fn, Builtin):
+        arity = fn.spec.arity
+        return Function(arity, (Call(fn.name, tuple(Arg(i) for i in range(arity))),), fn.name, location)
+    if is_jit_function(fn):
+        return _from_jit(fn, role, location)
+    if callable(fn):
+        return _trace(fn, role, location)
+    raise TraceError(f"{role} must be a builtin (tc.exp), a Python function or lambda, or a @triton.jit function; "
+                     f"got {type(fn).__name__} {fn!r}", location)
+
+
+def _positional_arity(fn, role: str, location: Location | None) -> int:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as exc:
+        raise ArityError(f"cannot read the parameters of {role} {fn!r}: {exc}; pass a def or lambda", location)
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    bad = [p.name for p in params if p.kind not in kinds]
+    if bad:
+        raise ArityError(f"{role} has parameters {bad} that are not plain positional ones (*args, **kwargs or "
+                         "keyword-only); give it one named parameter per scalar input", location)
+    return sum(1 for p in params if p.default is inspect.Parameter.empty)
+
+
+def _function_location(fn) -> Location | None:
+    code = getattr(fn, "__code__", None)
+    return Location(code.co_filename, code.co_firstlineno) if code is not None else None
+
+
+def _trace(fn, role: str, location: Location | None) -> Function:
+    arity = _positional_arity(fn, role, location)
+    name = getattr(fn, "__name__", "<lambda>")
+    where = _function_location(fn) or location
+    try:
+        result = fn(*(Traced(Arg(i)) for i in range(arity)))
+    except TraceError:
+        raise
+    except Exception as exc:
+        raise TraceError(f"tracing {role} {name!r} failed with {type(exc).__name__}: {exc}. Inside a scalar "
+                         "function use Python operators and tricomb builtins (tc.exp, tc.where, ...) on its "
+                         "arguments", where) from exc
+    results = result if isinstance(result, tuple) else (result,)
+    if not results:
+        raise TraceError(f"{role} {name!r} returned an empty tuple; return at least one value", where)
+    return Function(arity, tuple(_to_expr(r) for r in results), name, where)
+
+
+def _from_jit(fn, role: str, location: Location | None) -> Function:
+    from triton.language import constexpr
+    params = list(inspect.signature(fn.fn).parameters.values())
+    constexprs = [p.name for p in params if p.annotation is constexpr or p.annotation == "tl.constexpr"]
+    if constexprs:
+        raise ArityError(f"{role} {fn.fn.__name__!r} has tl.constexpr parameters {constexprs}; a scalar function "
+                         "takes only values. Make them module-level tl.constexpr constants instead",
+                         _function_location(fn.fn) or location)
+    arity = _positional_arity(fn.fn, role, location)
+    ref = JitRef(fn)
+    return Function(arity, (JitCall(ref, tuple(Arg(i) for i in range(arity))),), ref.name,
+                    _function_location(fn.fn) or location)

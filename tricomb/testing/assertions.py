@@ -1,0 +1,69 @@
+"""Comparing a pipeline's result with the torch oracle (:mod:`tricomb.testing.reference`).
+
+Tolerances follow the error analysis of the computation rather than one fixed number: each element may differ
+by a few units of the output dtype's precision relative to its value, plus the compute dtype's precision times
+the element's error scale (the largest magnitude on its way) times a factor that grows with the number of
+elements combined into it (sqrt(n), the usual statistical bound for blocked summation; N. J. Higham,
+"The accuracy of floating point summation", SIAM J. Sci. Comput. 14(4), 1993). NaN must match NaN exactly;
+infinities must match, except that a result may overflow to infinity where the exact value lies within a factor
+of two of the output dtype's largest finite number.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .reference import Reference, reference
+
+
+def tolerance(ref: Reference, compute: torch.dtype) -> torch.Tensor:
+    """The allowed absolute error for each element of ``ref``."""
+    out = ref.dtype if ref.dtype.is_floating_point else torch.float64
+    eps_out = torch.finfo(out).eps
+    eps_compute = torch.finfo(compute).eps
+    growth = 16.0 + 4.0 * math.sqrt(ref.length)
+    return 4 * eps_out * ref.value.abs().nan_to_num(0.0, 0.0, 0.0) + eps_compute * growth * ref.scale \
+        + torch.finfo(out).tiny
+
+
+def mismatches(result: torch.Tensor, ref: Reference, compute: torch.dtype) -> torch.Tensor:
+    """A bool tensor: True where ``result`` is not close enough to ``ref``."""
+    got = result.detach().cpu().to(torch.float64)
+    want = ref.value
+    if not ref.dtype.is_floating_point:
+        return got != want
+    nan_ok = torch.isnan(got) == torch.isnan(want)
+    both_nan = torch.isnan(got) & torch.isnan(want)
+    close = (got - want).abs() <= tolerance(ref, compute)
+    same_inf = torch.isinf(got) & torch.isinf(want) & (torch.sign(got) == torch.sign(want))
+    big = torch.finfo(ref.dtype).max / 2
+    overflow = torch.isinf(got) & (want.abs() >= big) & (torch.sign(got) == torch.sign(want))
+    rounds_to_inf = torch.isinf(want) & (got.abs() >= big) & (torch.sign(got) == torch.sign(want))
+    return ~(both_nan | (nan_ok & (close | same_inf | overflow | rounds_to_inf)))
+
+
+def assert_matches_torch(pipe, *inputs: torch.Tensor, result: torch.Tensor | None = None) -> torch.Tensor:
+    """Run ``pipe`` (unless ``result`` is given) and check it against the torch oracle: dtype, shape, values.
+
+    Raises AssertionError listing the first mismatching elements. Returns the result.
+    """
+    from ..lower.bind import bind
+    from ..lower.fuse import plan
+    if result is None:
+        result = pipe(*inputs)
+    ref = reference(pipe, *inputs)
+    binding, _ = bind(pipe.ir, inputs)
+    compute = plan(pipe.ir, binding).compute_dtype
+    if result.dtype != ref.dtype:
+        raise AssertionError(f"{pipe}: dtype {result.dtype}, torch gives {ref.dtype}")
+    if tuple(result.shape) != tuple(ref.value.shape):
+        raise AssertionError(f"{pipe}: shape {tuple(result.shape)}, torch gives {tuple(ref.value.shape)}")
+    bad = mismatches(result, ref, compute)
+    if bool(bad.any()):
+        where = bad.nonzero()[:5].tolist()
+        got = result.detach().cpu().to(torch.float64)
+        detail = "; ".join(f"at {tuple(i)}: got {got[tuple(i)].item()!r}, torch {ref.value[tuple(i)].item()!r}, "
+                           f"tolerance {tolerance(ref, compute)[tuple(i)].item():.3g}" for i in where)
+        raise AssertionError(f"{pipe}: {int(bad.sum())} of {bad.numel()} elements differ from torch: {detail}")
+    return result
