@@ -8,6 +8,7 @@ A contiguous input therefore becomes one group and a flat index; a transposed or
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -159,6 +160,12 @@ def coalesce(shape: tuple[int, ...], axes: tuple[int, ...], strides: list[tuple[
     return tuple(Group(kind, tuple(reversed(dims))) for kind, dims, _ in reversed(groups))
 
 
+@functools.lru_cache(maxsize=4096)
+def result_dtype(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], torch.dtype], ...]) -> torch.dtype:
+    """torch's result dtype for ``pipeline`` on inputs of these shapes and dtypes (evaluated on meta tensors)."""
+    return evaluate(pipeline, [torch.empty(shape, dtype=dtype, device="meta") for shape, dtype in inputs]).dtype
+
+
 def bind(pipeline: PipelineIR, tensors: tuple, out: torch.Tensor | None = None) -> tuple[Binding, tuple[int, ...]]:
     """Check ``tensors`` (and ``out``) against ``pipeline``; return their layout class and the result's shape.
 
@@ -179,14 +186,14 @@ def bind(pipeline: PipelineIR, tensors: tuple, out: torch.Tensor | None = None) 
             raise ShapeError(f"an input of shape {tuple(t.shape)} joins a stream of shape {reduced} after the "
                              "reduce/scan and would grow it; inputs added there must broadcast to the stream's "
                              "shape", pipeline.stages[owner].location)
-    meta = evaluate(pipeline, [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in tensors])
+    dtype = result_dtype(pipeline, tuple((tuple(t.shape), t.dtype) for t in tensors))
     if out is not None:
-        check_out(out, reduced, meta.dtype, tensors)
+        check_out(out, reduced, dtype, tensors)
     strides = [iteration_strides(t, shape, a, stage, axes) for t, a in zip(tensors, after)]
-    out_like = out if out is not None else torch.empty(reduced, dtype=meta.dtype, device="meta")
+    out_like = out if out is not None else torch.empty(reduced, dtype=dtype, device="meta")
     strides.append(iteration_strides(out_like, shape, True, stage, axes))
     binding = Binding(tensors[0].device.type, tuple(t.dtype for t in tensors), tuple(t.dim() for t in tensors),
-                      after, len(shape), axes, coalesce(shape, axes, strides), meta.dtype)
+                      after, len(shape), axes, coalesce(shape, axes, strides), dtype)
     return binding, reduced
 
 

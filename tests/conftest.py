@@ -1,0 +1,28 @@
+"""Shared fixtures: the devices to run on (the CPU through Triton's interpreter, and CUDA when present), and
+hypothesis profiles (``TRICOMB_HYPOTHESIS_PROFILE=gpu`` draws more examples)."""
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("default", max_examples=40, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("gpu", max_examples=200, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("TRICOMB_HYPOTHESIS_PROFILE", "default"))
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    """Each test taking ``device`` runs on the CPU (Triton's interpreter) and, when present, on CUDA."""
+    return request.param
+
+
+def pytest_configure(config):
+    # Emitted modules go to a per-run cache so a test run never depends on an earlier one's files.
+    if "TRICOMB_CACHE_DIR" not in os.environ:
+        import tempfile
+        os.environ["TRICOMB_CACHE_DIR"] = tempfile.mkdtemp(prefix="tricomb-test-cache-")

@@ -1,0 +1,79 @@
+"""User @triton.jit functions are copied into the emitted module (never imported from the user's module)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import tricomb as tc
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+SCALE = tl.constexpr(3.0)
+
+
+@triton.jit
+def _helper(x):
+    return x * SCALE
+
+
+@triton.jit
+def _outer(x):
+    return _helper(x) + 1.0
+
+
+@triton.jit
+def _two(a, b):
+    return a * b - a
+
+
+@triton.jit
+def _with_constexpr_param(x, N: tl.constexpr):
+    return x * N
+
+
+NOT_CONSTANT = [1, 2, 3]
+
+
+@triton.jit
+def _reads_a_list(x):
+    return x * NOT_CONSTANT
+
+
+def test_script_defined_in_main_matches_softplus(device):
+    """The issue's acceptance test: a __main__ script's jit softplus (calling a jit helper) on (3, 4) and
+    10,000,001 elements equals torch's softplus, and its sum equals the sum."""
+    done = subprocess.run([sys.executable, str(SCRIPTS / "softplus_main.py"), device], capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("ok")
+
+
+def test_nested_jit_functions_and_constexpr_globals_are_copied(device):
+    x = torch.randn(257, device=device)
+    pipe = tc.map(_outer)
+    torch.testing.assert_close(pipe(x), x * 3.0 + 1.0)
+    source = pipe.source(x)
+    assert "def _helper(x):" in source and "def _outer(x):" in source
+    assert "SCALE = tl.constexpr(3.0)" in source
+    assert "test_jit_inline" not in source  # the user's module is never imported
+
+
+def test_jit_function_of_two_arguments_as_zip_with(device):
+    a, b = torch.randn(100, device=device), torch.randn(100, device=device)
+    torch.testing.assert_close(tc.zip_with(_two)(a, b), a * b - a)
+
+
+def test_constexpr_parameters_are_rejected_with_a_fix():
+    with pytest.raises(tc.ArityError, match="tl.constexpr parameters.*module-level tl.constexpr"):
+        tc.map(_with_constexpr_param)
+
+
+def test_a_global_that_cannot_be_copied_is_named():
+    pipe = tc.map(_reads_a_list)
+    with pytest.raises(tc.InlineError, match="NOT_CONSTANT.*list") as info:
+        pipe.source(torch.randn(4))
+    assert info.value.location.file.endswith("test_jit_inline.py")
