@@ -118,12 +118,14 @@ def tc_gelu_tanh(x):
     "tc_pow": ('''
 @triton.jit
 def tc_pow(a, b):
-    # a ** b as torch.pow: exp2(b log2|a|); a finite negative base needs an integral exponent
-    r = tl.exp2(b * tl.log2(tl.abs(a)))
+    # a ** b as torch.pow (C99 pow's special cases): |a| ** b = exp2(b log2|a|), then the sign and the edges
+    mag = tl.exp2(b * tl.log2(tl.abs(a)))
     b_int = tl.floor(b) == b
     b_odd = b_int & (tl.floor(b * 0.5) * 2.0 != b)
-    r = tl.where((a < 0.0) & b_odd, -r, r)
+    negative = (a < 0.0) | ((a == 0.0) & (1.0 / a < 0.0))  # the sign bit, -0.0 included
+    r = tl.where(negative & b_odd, -mag, mag)
     r = tl.where((a < 0.0) & (a > float("-inf")) & (~b_int), float("nan"), r)
+    r = tl.where((tl.abs(a) == 1.0) & (tl.abs(b) == float("inf")), 1.0, r)
     return tl.where((b == 0.0) | (a == 1.0), 1.0, r)
 ''', ()),
     "tc_maximum": ('''

@@ -81,12 +81,13 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference:
 
             def record(t: torch.Tensor) -> torch.Tensor:
                 t = rounded(t)
-                steps.append(t.abs() if t.is_floating_point() else t.abs().to(torch.float64))
+                steps.append(t.to(torch.float64).abs())
                 return t
 
-            value = evaluate_function(stage.fn, args, record)[0].to(torch.float64)
+            value = evaluate_function(stage.fn, args, record)[0]
+            value = value.to(torch.float64) if value.is_floating_point() else value
             shape = value.shape
-            scale = torch.stack([s.to(torch.float64).expand(shape) for s in scales + steps + [value.abs()]]) \
+            scale = torch.stack([s.to(torch.float64).expand(shape) for s in scales + steps + [value.to(torch.float64).abs()]]) \
                 .nan_to_num(0.0, 0.0, 0.0).amax(0)
             continue
         if i == 0:

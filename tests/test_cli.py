@@ -1,0 +1,64 @@
+"""The command line: run compares with torch and counts kernels; emit and explain print; mistakes exit 2."""
+import ast
+
+import pytest
+
+from tricomb.cli import main
+
+
+def test_run_prints_result_torch_match_kernels_and_time(capsys):
+    assert main(["run", "map softplus | sum", "--shape", "5000"]) == 0
+    out = capsys.readouterr().out
+    for word in ("tricomb", "torch", "match", "yes", "kernels", "1 Triton launch", "time"):
+        assert word in out
+
+
+def test_run_with_two_inputs_and_half_precision(capsys):
+    assert main(["run", "zip_with mul | sum(axis=-1)", "--shape", "8", "33", "--dtype", "bfloat16"]) == 0
+    assert "(8,)" in capsys.readouterr().out
+
+
+def test_run_reads_input_files(tmp_path, capsys):
+    import numpy as np
+    import torch
+    torch.save(torch.arange(6.0).reshape(2, 3), tmp_path / "x.pt")
+    np.save(tmp_path / "y.npy", np.ones((2, 3), dtype=np.float32))
+    assert main(["run", "zip_with add | sum", "--input", str(tmp_path / "x.pt"), str(tmp_path / "y.npy")]) == 0
+    assert "21.0" in capsys.readouterr().out
+
+
+def test_env_file_supplies_jit_functions(tmp_path, capsys):
+    (tmp_path / "fns.py").write_text(
+        "import triton\nimport triton.language as tl\n\n@triton.jit\ndef twice(x):\n    return x * 2.0\n")
+    assert main(["run", "map twice | sum", "--shape", "100", "--env", str(tmp_path / "fns.py")]) == 0
+
+
+def test_emit_prints_a_module_that_parses(capsys):
+    assert main(["emit", "map exp | sum(axis=0)", "--shape", "10", "3"]) == 0
+    source = capsys.readouterr().out
+    ast.parse(source)
+    assert "def launch(in0" in source
+
+
+def test_explain_prints_the_plan(capsys):
+    assert main(["explain", "map exp | cumsum", "--shape", "4", "6"]) == 0
+    assert "1 kernel: scan" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "map sofplus"], "did you mean softplus"),
+    (["run", "map exp |"], "unexpected"),
+    (["run", "zip_with mul", "--input", "missing.pt", "other.pt"], "no such file"),
+    (["run", "zip_with mul", "--input", "a.pt"], "takes 2 input(s)"),
+    (["run", "sum(axis=3)", "--shape", "4"], "axis 3 is out of range"),
+])
+def test_mistakes_exit_2_with_a_message(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_help_has_examples(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--help"])
+    assert exit_info.value.code == 0
+    assert 'tricomb run "map softplus | sum"' in capsys.readouterr().out

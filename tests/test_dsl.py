@@ -1,0 +1,84 @@
+"""The DSL parses to the same IR the Python API builds; mistakes name line, column, and a fix."""
+import pytest
+import torch
+
+import tricomb as tc
+
+
+def _equal(text, pipe):
+    assert tc.parse(text) == pipe, f"{text!r} parsed to {tc.parse(text)}, expected {pipe}"
+
+
+def test_stages_and_shorthands_match_the_python_api():
+    _equal("map softplus | sum", tc.map(tc.softplus) >> tc.reduce(tc.add))
+    _equal("zip_with mul | sum(axis=-1)", tc.zip_with(tc.mul) >> tc.sum(axis=-1))
+    _equal("reduce maximum(axis=(0, 2), keepdim=True)", tc.reduce(tc.maximum, axis=(0, 2), keepdim=True))
+    _equal("scan add(axis=0)", tc.scan(tc.add, axis=0))
+    _equal("map exp | cumsum | map log", tc.map(tc.exp) >> tc.cumsum() >> tc.map(tc.log))
+    for short, long in [("prod", tc.prod()), ("max", tc.max()), ("min", tc.min()), ("mean", tc.mean()),
+                        ("cumprod", tc.cumprod()), ("cummax", tc.cummax()), ("cummin", tc.cummin())]:
+        _equal(short, long)
+    _equal("sum(axis=())", tc.sum(axis=()))
+    _equal("sum(axis=None)", tc.sum())
+
+
+def test_comments_and_multiple_lines():
+    text = """
+    # softplus, then a row sum
+    map softplus      # elementwise
+    | sum(axis=-1)
+    """
+    _equal(text, tc.map(tc.softplus) >> tc.sum(axis=-1))
+
+
+def test_env_names_take_precedence_and_run():
+    double = lambda x: x * 2  # noqa: E731
+    pipe = tc.parse("map double | sum", env={"double": double})
+    x = torch.arange(4.0)
+    assert pipe(x).item() == 12.0
+
+
+def test_str_of_a_pipeline_parses_back():
+    for pipe in [tc.map(tc.softplus) >> tc.sum(axis=-1, keepdim=True), tc.zip_with(tc.mul) >> tc.cumsum(axis=0),
+                 tc.mean(axis=(0, 1)) >> tc.map(tc.sqrt), tc.reduce(tc.minimum, axis=1)]:
+        assert tc.parse(str(pipe)) == pipe
+
+
+def test_unknown_name_suggests_the_closest():
+    with pytest.raises(tc.UnknownNameError) as info:
+        tc.parse("map sofplus | sum")
+    err = info.value
+    assert "did you mean softplus" in str(err)
+    assert (err.location.line, err.location.column) == (1, 5)
+    assert "    map sofplus | sum\n        ^" in str(err)
+
+
+def test_syntax_error_shows_line_column_caret_and_expectation():
+    with pytest.raises(tc.ParseError) as info:
+        tc.parse("map exp |\n  sum(axis=1,,)")
+    err = info.value
+    assert (err.location.line, err.location.column) == (2, 14)
+    assert "unexpected ','" in str(err) and "expected" in str(err) and "\n    " + " " * 13 + "^" in str(err)
+
+
+def test_unexpected_end_of_text():
+    with pytest.raises(tc.ParseError, match="unexpected the end of the text.*expected a name"):
+        tc.parse("map exp | map")
+
+
+def test_unknown_stage_argument_is_named():
+    with pytest.raises(tc.ParseError, match="'keepdims' is not an argument of reduce; reduce takes axis, keepdim"):
+        tc.parse("sum(keepdims=True)")
+    with pytest.raises(tc.ParseError, match="'axis' is given twice"):
+        tc.parse("cumsum(axis=0, axis=1)")
+
+
+def test_text_must_be_a_string():
+    with pytest.raises(tc.TricombError, match="takes DSL text"):
+        tc.parse(tc.map(tc.exp))
+
+
+def test_grammar_is_lalr_and_strict():
+    from tricomb.dsl.parser import _parser
+    parser = _parser()
+    assert parser.options.parser == "lalr" and parser.options.strict

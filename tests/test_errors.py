@@ -1,0 +1,118 @@
+"""Each error class: its message names the problem and the fix, and points at the user's own code."""
+import math
+
+import pytest
+import torch
+
+import tricomb as tc
+
+HERE = __file__
+
+
+def _line_of(text: str) -> int:
+    with open(HERE) as f:
+        for number, line in enumerate(f, 1):
+            if text in line and "_line_of" not in line:
+                return number
+    raise LookupError(text)
+
+
+def test_traced_value_used_as_bool_says_use_where():
+    with pytest.raises(tc.TraceError, match="Use tc.where") as info:
+        tc.map(lambda x: x if x > 0 else -x)  # traced-bool-here
+    assert info.value.location.file == HERE
+
+
+def test_math_module_on_traced_value_points_to_builtins():
+    with pytest.raises(tc.TraceError, match="tc.exp"):
+        tc.map(lambda x: math.exp(x))
+
+
+def test_wrong_arity_names_the_stage_and_where_it_was_built():
+    with pytest.raises(tc.ArityError, match="map's function .* takes 2 arguments.*use zip_with") as info:
+        tc.map(lambda a, b: a + b)  # map-arity-here
+    assert info.value.location.file == HERE
+    assert info.value.location.line == _line_of("# map-arity-here")
+
+
+def test_non_callable_function():
+    with pytest.raises(tc.TraceError, match="must be a builtin"):
+        tc.map(3)
+
+
+def test_user_reduce_operators_are_not_supported_yet():
+    with pytest.raises(tc.UnsupportedError, match="not one of the builtin associative operators"):
+        tc.reduce(lambda a, b: a * b + 1)
+
+
+def test_second_reduce_is_rejected_with_a_fix():
+    with pytest.raises(tc.UnsupportedError, match="Split it into two pipelines"):
+        tc.sum(axis=0) >> tc.max()
+
+
+def test_composing_with_a_function_says_wrap_it():
+    with pytest.raises(tc.TricombError, match=r"wrap functions in tc.map"):
+        tc.map(tc.exp) >> tc.exp
+
+
+def test_shapes_that_do_not_broadcast_are_quoted():
+    with pytest.raises(tc.ShapeError, match=r"\(3, 4\) and \(5,\) do not broadcast"):
+        tc.zip_with(tc.add)(torch.ones(3, 4), torch.ones(5))
+
+
+def test_input_after_reduce_must_not_grow_the_stream():
+    pipe = tc.sum(axis=1) >> tc.zip_with(tc.add)  # grow-here
+    with pytest.raises(tc.ShapeError, match="would grow it") as info:
+        pipe(torch.ones(3, 4), torch.ones(2, 3))
+    assert info.value.location.line == _line_of("# grow-here")
+
+
+def test_axis_out_of_range_names_axis_and_rank():
+    with pytest.raises(tc.AxisError, match="axis 2 is out of range for a stream of rank 2"):
+        tc.sum(axis=2)(torch.ones(3, 4))
+    with pytest.raises(tc.AxisError, match="repeated"):
+        tc.sum(axis=(0, -2))(torch.ones(3, 4))
+    with pytest.raises(tc.AxisError, match="axis must be None, an int or a tuple"):
+        tc.sum(axis=1.5)
+
+
+def test_wrong_number_of_inputs():
+    with pytest.raises(tc.TricombError, match="takes 2 input tensor"):
+        tc.zip_with(tc.mul)(torch.ones(3))
+
+
+def test_unsupported_dtype_says_how_to_convert():
+    with pytest.raises(tc.DTypeError, match=r"int64.*\.to\(torch.float32\)"):
+        tc.map(tc.exp)(torch.arange(3))
+
+
+def test_non_tensor_input():
+    with pytest.raises(tc.TricombError, match="not a torch.Tensor"):
+        tc.map(tc.exp)([1.0, 2.0])
+
+
+def test_out_buffer_checks():
+    x = torch.ones(4)
+    with pytest.raises(tc.ShapeError, match="out= has shape"):
+        tc.map(tc.exp)(x, out=torch.empty(5))
+    with pytest.raises(tc.DTypeError, match="out= has dtype"):
+        tc.map(tc.exp)(x, out=torch.empty(4, dtype=torch.float64))
+    with pytest.raises(tc.TricombError, match="shares memory"):
+        tc.map(tc.exp)(x, out=x)
+
+
+def test_out_buffer_is_filled(device):
+    x = torch.randn(3, 5, device=device)
+    out = torch.empty(5, device=device)
+    result = tc.sum(axis=0)(x, out=out)
+    assert result is out
+    torch.testing.assert_close(out, x.sum(0))
+    strided = torch.empty(5, 2, device=device)[:, 0]
+    tc.sum(axis=0)(x, out=strided)
+    torch.testing.assert_close(strided, x.sum(0))
+
+
+def test_every_error_class_is_a_tricomb_error():
+    for cls in (tc.ParseError, tc.UnknownNameError, tc.ArityError, tc.TraceError, tc.InlineError, tc.ShapeError,
+                tc.AxisError, tc.DTypeError, tc.DeviceError, tc.UnsupportedError):
+        assert issubclass(cls, tc.TricombError)
