@@ -1,0 +1,161 @@
+"""The benchmark suite of BENCH.md, on one CUDA GPU, in one process.
+
+For each case: build the inputs (1 GiB or more), check that every implementation's result matches torch's,
+then time tricomb, torch eager and torch.compile with ``triton.testing.do_bench`` (median) and report GB/s
+(unique bytes: inputs read once, the output written once), the fraction of the copy ceiling C measured in the
+same run, and the ratios. Writes ``<out>/<gpu>.json`` and ``<out>/<gpu>.md``.
+
+    python bench/run.py --out bench/results --commit $(git rev-parse HEAD) [--cases P1 P2]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import triton
+import triton.testing
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import tricomb as tc  # noqa: E402
+
+N = 1 << 28
+
+
+@dataclass
+class Case:
+    name: str
+    text: str
+    make_inputs: Callable[[], list[torch.Tensor]]
+    pipeline: Callable[[], tc.Pipeline]
+    eager: Callable
+    others: dict[str, Callable]
+    target: str
+
+
+def _randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, device="cuda", dtype=dtype)
+
+
+def _cases() -> list[Case]:
+    F = torch.nn.functional
+    return [
+        Case("P1", "map softplus", lambda: [_randn(N)], lambda: tc.map(tc.softplus), F.softplus, {},
+             ">= 0.97x compile"),
+        Case("P2", "map softplus | sum", lambda: [_randn(N)], lambda: tc.parse("map softplus | sum"),
+             lambda x: F.softplus(x).sum(), {}, ">= 1.25x compile (>= 0.85 R)"),
+        Case("P3", "zip_with mul | sum", lambda: [_randn(N), _randn(N)], lambda: tc.parse("zip_with mul | sum"),
+             lambda a, b: (a * b).sum(), {"torch.dot": torch.dot}, ">= 0.97x torch.dot"),
+        Case("P4", "map exp | scan add (1-D)", lambda: [_randn(N)], lambda: tc.parse("map exp | cumsum"),
+             lambda x: torch.cumsum(torch.exp(x), 0), {"torch.cumsum alone": lambda x: torch.cumsum(x, 0)},
+             ">= 0.80 C, >= 1.3x CUB cumsum"),
+        Case("P5", "map softplus | sum(axis=-1)", lambda: [_randn(32768, 8192)],
+             lambda: tc.parse("map softplus | sum(axis=-1)"), lambda x: F.softplus(x).sum(-1), {},
+             ">= 1.25x compile"),
+        Case("P6", "scan add along rows", lambda: [_randn(16384, 16384)], lambda: tc.parse("cumsum(axis=-1)"),
+             lambda x: torch.cumsum(x, -1), {}, ">= 1.1x compile"),
+        Case("P7", "map square | sum | map sqrt (bf16)", lambda: [_randn(N, dtype=torch.bfloat16)],
+             lambda: tc.parse("map square | sum | map sqrt"), lambda x: torch.linalg.vector_norm(x),
+             {}, ">= 1.0x compile"),
+    ]
+
+
+def _bytes(inputs, output) -> int:
+    return sum(t.numel() * t.element_size() for t in inputs) + output.numel() * output.element_size()
+
+
+def _ms(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median")
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    got, want = got.double(), want.double()
+    scale = want.abs().max().item() if want.numel() else 0.0
+    rtol = 1e-2 if got.dtype == torch.bfloat16 else 2e-3
+    return got.shape == want.shape and bool(((got - want).abs() <= rtol * (want.abs() + 1e-3 * scale + 1e-6)).all())
+
+
+def ceilings() -> dict:
+    x = _randn(N)
+    y = torch.empty_like(x)
+    copy_ms = _ms(lambda: y.copy_(x))
+    read_ms = _ms(lambda: torch.sum(x))
+    nbytes = x.numel() * x.element_size()
+    return {"C_GBps": 2 * nbytes / copy_ms / 1e6, "R_GBps": nbytes / read_ms / 1e6}
+
+
+def run_case(case: Case, C: float) -> dict:
+    inputs = case.make_inputs()
+    pipe = case.pipeline()
+    want = case.eager(*inputs)
+    compiled = torch.compile(case.eager)
+    impls = {"tricomb": lambda: pipe(*inputs), "torch eager": lambda: case.eager(*inputs),
+             "torch.compile": lambda: compiled(*inputs)}
+    impls.update({name: (lambda f=f: f(*inputs)) for name, f in case.others.items()})
+    row = {"case": case.name, "pipeline": case.text, "target": case.target,
+           "inputs": [f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in inputs], "impls": {}}
+    for name, fn in impls.items():
+        got = fn()
+        matches = True if "alone" in name else _close(got, want)  # "alone" baselines compute less
+        ms = _ms(fn)
+        gbps = _bytes(inputs, got) / ms / 1e6
+        row["impls"][name] = {"ms": ms, "GBps": gbps, "of_C": gbps / C, "matches_torch": matches}
+        print(f"  {case.name} {name:>22}: {ms:8.3f} ms {gbps:8.1f} GB/s  {gbps / C:5.2f} C  match={matches}",
+              flush=True)
+    base = row["impls"]["tricomb"]["ms"]
+    row["ratios"] = {f"tricomb vs {name}": row["impls"][name]["ms"] / base for name in row["impls"] if name != "tricomb"}
+    return row
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# tricomb benchmarks on {result['gpu']}", "",
+             f"{result['date']}, commit `{result['commit']}`, torch {result['torch']}, triton {result['triton']}. "
+             f"Copy ceiling C = {result['C_GBps']:.0f} GB/s, read ceiling R = {result['R_GBps']:.0f} GB/s "
+             "(measured in this run). GB/s counts unique bytes; a ratio above 1 means tricomb is faster.", "",
+             "| case | pipeline | implementation | ms | GB/s | of C | matches torch |",
+             "|---|---|---|---|---|---|---|"]
+    for row in result["cases"]:
+        for name, m in row["impls"].items():
+            lines.append(f"| {row['case']} | `{row['pipeline']}` | {name} | {m['ms']:.3f} | {m['GBps']:.0f} | "
+                         f"{m['of_C']:.2f} | {'yes' if m['matches_torch'] else 'NO'} |")
+    lines += ["", "| case | target | " + "ratios (time of the other / time of tricomb) |", "|---|---|---|"]
+    for row in result["cases"]:
+        ratios = ", ".join(f"{k.replace('tricomb vs ', 'vs ')} {v:.2f}x" for k, v in row["ratios"].items())
+        lines.append(f"| {row['case']} | {row['target']} | {ratios} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--cases", nargs="*")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench/run.py needs a CUDA GPU")
+    gpu = torch.cuda.get_device_name()
+    result = {"gpu": gpu, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "commit": args.commit, "torch": torch.__version__, "triton": triton.__version__,
+              "python": platform.python_version(), **ceilings(), "cases": []}
+    print(f"{gpu}: C = {result['C_GBps']:.0f} GB/s, R = {result['R_GBps']:.0f} GB/s", flush=True)
+    for case in _cases():
+        if args.cases and case.name not in args.cases:
+            continue
+        result["cases"].append(run_case(case, result["C_GBps"]))
+        torch.cuda.empty_cache()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = gpu.lower().replace("nvidia ", "").replace(" ", "-")
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
+    (out / f"{stem}.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
