@@ -24,7 +24,7 @@ def test_run_reads_input_files(tmp_path, capsys):
     torch.save(torch.arange(6.0).reshape(2, 3), tmp_path / "x.pt")
     np.save(tmp_path / "y.npy", np.ones((2, 3), dtype=np.float32))
     assert main(["run", "zip_with add | sum", "--input", str(tmp_path / "x.pt"), str(tmp_path / "y.npy")]) == 0
-    assert "21.0" in capsys.readouterr().out
+    assert "21 (float32, shape ())" in capsys.readouterr().out
 
 
 def test_env_file_supplies_jit_functions(tmp_path, capsys):

@@ -62,8 +62,33 @@ def test_syntax_error_shows_line_column_caret_and_expectation():
 
 
 def test_unexpected_end_of_text():
-    with pytest.raises(tc.ParseError, match="unexpected the end of the text.*expected a name"):
+    with pytest.raises(tc.ParseError, match="unexpected end of text; expected a name") as info:
         tc.parse("map exp | map")
+    assert info.value.location.column == 14
+
+
+def test_keywords_end_at_a_word_boundary():
+    with pytest.raises(tc.ParseError, match="unexpected 'mapexp'"):
+        tc.parse("mapexp | sum")
+
+
+def test_call_syntax_gets_a_hint():
+    with pytest.raises(tc.ParseError, match="not `map\\(exp\\)`"):
+        tc.parse("map(exp)")
+
+
+def test_shorthand_names_work_as_operators():
+    _equal("reduce max(axis=0)", tc.reduce(tc.maximum, axis=0))
+    _equal("scan sum", tc.scan(tc.add))
+
+
+def test_errors_found_after_parsing_show_the_dsl_caret():
+    pipe = tc.parse("map exp |\n  sum(axis=5)")
+    with pytest.raises(tc.AxisError) as info:
+        import torch
+        pipe(torch.ones(3))
+    assert (info.value.location.line, info.value.location.column) == (2, 3)
+    assert str(info.value).endswith("\n      sum(axis=5)\n      ^")
 
 
 def test_unknown_stage_argument_is_named():

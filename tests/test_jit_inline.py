@@ -57,14 +57,43 @@ def test_nested_jit_functions_and_constexpr_globals_are_copied(device):
     pipe = tc.map(_outer)
     torch.testing.assert_close(pipe(x), x * 3.0 + 1.0)
     source = pipe.source(x)
-    assert "def _helper(x):" in source and "def _outer(x):" in source
-    assert "SCALE = tl.constexpr(3.0)" in source
+    assert "def user__helper(x):" in source and "def user__outer(x):" in source
+    assert "return user__helper(x) + 1.0" in source
+    assert "user_SCALE = tl.constexpr(3.0)" in source
     assert "test_jit_inline" not in source  # the user's module is never imported
 
 
 def test_jit_function_of_two_arguments_as_zip_with(device):
     a, b = torch.randn(100, device=device), torch.randn(100, device=device)
     torch.testing.assert_close(tc.zip_with(_two)(a, b), a * b - a)
+
+
+@triton.jit
+def mask(v):
+    # named like a kernel local on purpose
+    return v + 1.0
+
+
+@triton.jit
+def combine_add(a, b):
+    # named like an emitted combine function on purpose
+    return a * b
+
+
+def test_user_function_names_never_clash_with_kernel_names(device):
+    x, y = torch.randn(50, device=device), torch.randn(50, device=device)
+    torch.testing.assert_close(tc.map(mask)(x), x + 1.0)
+    torch.testing.assert_close((tc.zip_with(combine_add) >> tc.sum())(x, y), (x * y).sum())
+
+
+@triton.jit
+def _pair(x):
+    return x, x
+
+
+def test_tuple_returning_jit_function_is_unsupported_before_launch():
+    with pytest.raises(tc.UnsupportedError, match="returns a tuple"):
+        tc.map(_pair).source(torch.randn(3))
 
 
 def test_constexpr_parameters_are_rejected_with_a_fix():

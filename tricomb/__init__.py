@@ -10,7 +10,7 @@ from ._version import __version__
 from .api import (Pipeline, Plan, cummax, cummin, cumprod, cumsum, map, max, mean, min, prod, reduce, scan, sum,
                   zip_with)
 from .dsl.parser import parse
-from .errors import (ArityError, AxisError, DeviceError, DTypeError, InlineError, Location, ParseError,
+from .errors import (ArityError, AxisError, DeviceError, DTypeError, InlineError, Location, ParseError, StageError,
                      ShapeError, TraceError, TricombError, UnknownNameError, UnsupportedError)
 from .scalar.trace import BUILTINS as _BUILTINS
 
@@ -19,4 +19,5 @@ globals().update(_BUILTINS)  # tc.exp, tc.add, tc.where, ...: one public name pe
 __all__ = ["Pipeline", "Plan", "map", "zip_with", "reduce", "scan", "sum", "prod", "max", "min", "mean", "cumsum",
            "cumprod", "cummax", "cummin", "parse", "TricombError", "ParseError", "UnknownNameError", "ArityError",
            "TraceError", "InlineError", "ShapeError", "AxisError", "DTypeError", "DeviceError", "UnsupportedError",
+           "StageError",
            "Location", "__version__"] + sorted(_BUILTINS)

@@ -53,6 +53,10 @@ class Pipeline:
                                f"{type(other).__name__} {other!r}; wrap functions in tc.map(...)", caller_location())
         return Pipeline(PipelineIR(self.ir.stages + other.ir.stages))
 
+    def __rrshift__(self, other):
+        raise TricombError(f"only pipelines compose with >>; {other!r} is not one. Wrap scalar functions in "
+                           "tc.map(...) or tc.zip_with(...)", caller_location())
+
     def __call__(self, *inputs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return launch.run(self.ir, self._cache, inputs, out)
 
@@ -150,12 +154,14 @@ def scan(op, axis: int = -1) -> Pipeline:
 def _reduce_shorthand(op: str, mean: bool = False):
     def stage(axis=None, keepdim: bool = False) -> Pipeline:
         return build_reduce(BUILTINS[op], axis, keepdim, mean, caller_location())
+    stage.operator = op  # marks a stage shorthand: passing it where an operator belongs gets a pointed error
     return stage
 
 
 def _scan_shorthand(op: str):
     def stage(axis: int = -1) -> Pipeline:
         return build_scan(BUILTINS[op], axis, caller_location())
+    stage.operator = op
     return stage
 
 

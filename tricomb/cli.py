@@ -37,9 +37,11 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text, description=text, epilog=EXAMPLES,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("pipeline", help='pipeline text, e.g. "map softplus | sum"')
-        p.add_argument("--shape", type=int, nargs="+", default=[1_000_000], help="shape of generated inputs")
-        p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="dtype of generated inputs")
-        p.add_argument("--seed", type=int, default=0, help="seed of generated inputs")
+        p.add_argument("--shape", type=int, nargs="+", default=[1_000_000],
+                       help="shape of generated inputs (default: 1000000)")
+        p.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
+                       help="dtype of generated inputs (default: float32)")
+        p.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default: 0)")
         p.add_argument("--input", nargs="+", metavar="FILE", help=".pt or .npy files, one per pipeline input")
         p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when available, else cpu "
                        "(Triton's interpreter)")
@@ -78,6 +80,8 @@ def _inputs(args, count: int, device: torch.device) -> list[torch.Tensor]:
         if len(args.input) != count:
             raise UsageError(f"the pipeline takes {count} input(s) but --input names {len(args.input)} file(s)")
         return [_load(path).to(device) for path in args.input]
+    if any(n < 0 for n in args.shape):
+        raise UsageError(f"--shape {' '.join(map(str, args.shape))}: sizes must be 0 or more")
     generator = torch.Generator().manual_seed(args.seed)
     return [torch.randn(args.shape, generator=generator).to(DTYPES[args.dtype]).to(device) for _ in range(count)]
 
@@ -94,11 +98,11 @@ def _pipeline(args):
 
 def _summary(t: torch.Tensor) -> str:
     dtype = str(t.dtype).replace("torch.", "")
-    if t.numel() <= 8:
-        values = t.detach().cpu().tolist()
-        return f"{values} ({dtype}, shape {tuple(t.shape)})"
     flat = t.detach().reshape(-1)[:4].cpu().tolist()
-    return f"[{', '.join(f'{v:.7g}' for v in flat)}, ...] ({dtype}, shape {tuple(t.shape)})"
+    if t.dim() == 0:
+        return f"{flat[0]:.7g} ({dtype}, shape ())"
+    more = ", ..." if t.numel() > 4 else ""
+    return f"[{', '.join(f'{v:.7g}' for v in flat)}{more}] ({dtype}, shape {tuple(t.shape)})"
 
 
 def _time(pipe, inputs, device: torch.device) -> str:
@@ -127,7 +131,8 @@ def _run(args) -> int:
     bad = mismatches(result, ref, pipe.explain(*inputs).kernel_plan.compute_dtype)
     match = result.dtype == ref.dtype and tuple(result.shape) == tuple(ref.value.shape) and not bool(bad.any())
     table = Table(title=f"tricomb run: {pipe}", show_header=False)
-    table.add_row("inputs", f"{len(inputs)} x {_summary(inputs[0]).split('(')[-1].rstrip(')')} on {device}")
+    described = ", ".join(f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in inputs)
+    table.add_row("inputs", f"{len(inputs)} tensor(s) on {device}: {described}")
     table.add_row("tricomb", _summary(result))
     table.add_row("torch", _summary(eager))
     verdict = "yes" if match else f"NO: {int(bad.sum())} of {bad.numel()} elements differ"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +18,13 @@ class Location:
     file: str
     line: int
     column: int | None = None
+    source_line: str | None = field(default=None, compare=False)  # the line itself, for a caret under column
+
+    def caret(self) -> str:
+        """The source line and a caret under the column (empty without them)."""
+        if self.source_line is None or self.column is None:
+            return ""
+        return f"\n    {self.source_line}\n    {' ' * (self.column - 1)}^"
 
     def __str__(self) -> str:
         col = f", column {self.column}" if self.column is not None else ""
@@ -31,7 +38,7 @@ class TricombError(Exception):
         self.message = message
         self.location = location
         where = f"{location}: " if location is not None else ""
-        super().__init__(where + message)
+        super().__init__(where + message + (location.caret() if location is not None else ""))
 
 
 class ParseError(TricombError):
@@ -68,6 +75,10 @@ class DTypeError(TricombError):
 
 class DeviceError(TricombError):
     """Inputs on different devices, or on a device tricomb cannot run on."""
+
+
+class StageError(TricombError):
+    """A stage torch itself rejects for the given inputs (a max over an empty axis, a mean of bools, ...)."""
 
 
 class UnsupportedError(TricombError):

@@ -7,27 +7,14 @@ a comment naming that stage.
 """
 from __future__ import annotations
 
-import torch
-
 from ..lower.bind import input_stages
 from ..lower.fuse import KernelPlan, Slot
 from ..pipeline.ir import Map, Reduce, Stage, ZipWith
 from ..pipeline.printer import stage_text
 from ..scalar.ir import Function
-from .scalar import ScalarContext, emit_function, render_const
+from ..scalar.dtypes import compute_dtype
+from .scalar import ScalarContext, Value, emit_function, render_const, tl_dtype
 from .writer import Writer
-
-_TL_DTYPES = {
-    torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
-    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16", torch.int32: "tl.int32",
-    torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
-}
-
-
-def tl_dtype(dtype: torch.dtype) -> str:
-    """The ``tl`` spelling of a torch dtype."""
-    return _TL_DTYPES[dtype]
-
 
 def group_size(g: int) -> str:
     return f"n{g}"
@@ -84,46 +71,44 @@ def emit_offsets(w: Writer, index: str, groups: list[int], slots, tag: str) -> d
     return offsets
 
 
-def emit_loads(w: Writer, p: KernelPlan, slots, address: dict[str, str], mask: str) -> dict[str, str]:
-    """Load each slot at its address expression, converted to the compute dtype."""
+def emit_loads(w: Writer, p: KernelPlan, slots, address: dict[str, str], mask: str) -> dict[str, Value]:
+    """Load each slot at its address expression, converted to its compute dtype."""
     values = {}
-    compute = tl_dtype(p.compute_dtype)
+    ranks = dict(zip((s.name for s in p.inputs), p.binding.ranks))
     for slot in slots:
         var = f"x_{slot.name}"
         load = f"tl.load({slot.name} + {address[slot.name]}, mask={mask}, other=0)"
-        if slot.dtype.is_floating_point and slot.dtype != p.compute_dtype:
-            load += f".to({compute})"
+        if compute_dtype(slot.dtype) != slot.dtype:
+            load += f".to({tl_dtype(compute_dtype(slot.dtype))})"
         w.line(f"{var} = {load}")
-        values[slot.name] = var
+        values[slot.name] = Value(var, slot.dtype, ranks[slot.name] == 0)
     return values
 
 
 def emit_stages(w: Writer, ctx: ScalarContext, p: KernelPlan, stages: tuple[Stage, ...], first: int,
-                stream: str | None, values: dict[str, str], shape: str) -> str:
+                stream: Value | None, values: dict[str, Value], shape: str) -> Value:
     """Apply the map/zip_with ``stages`` (pipeline positions from ``first``) to ``stream``; return the result."""
     owners = input_stages(p.pipeline)
     for offset, stage in enumerate(stages):
         index = first + offset
         new = [values[f"in{i}"] for i, owner in enumerate(owners) if owner == index]
-        if isinstance(stage, Map):
-            args = [stream] if stream is not None else new
-        else:
-            args = ([stream] if stream is not None else []) + new
+        args = new if stream is None else [stream] + ([] if isinstance(stage, Map) else new)
         w.comment(f"stage {index}: {stage_text(stage)}")
-        stream = emit_function(w, ctx, stage.fn, args, shape, tl_dtype(p.compute_dtype))[0]
+        stream = emit_function(w, ctx, stage.fn, args, shape)[0]
     return stream
 
 
-def emit_combine_function(w: Writer, ctx: ScalarContext, name: str, op: Function) -> None:
-    """A ``@triton.jit`` function of two values applying the reduce/scan operator ``op``."""
+def emit_combine_function(w: Writer, ctx: ScalarContext, name: str, p: KernelPlan) -> None:
+    """A ``@triton.jit`` function of two accumulator values applying the reduce/scan operator."""
     w.line("@triton.jit")
     with w.block(f"def {name}(a, b):"):
-        result = emit_function(w, ctx, op, ["a", "b"], "[1]", "tl.float32")[0]
-        w.line(f"return {result}")
+        args = [Value(n, p.acc_dtype) for n in ("a", "b")]
+        result = emit_function(w, ctx, p.combine.op, args, "[1]")[0]
+        w.line(f"return {result.text}.to({tl_dtype(p.acc_dtype)})")
 
 
-def _store(w: Writer, p: KernelPlan, value: str, address: str, mask: str) -> None:
-    w.line(f"tl.store(out + {address}, {value}.to({tl_dtype(p.output.dtype)}), mask={mask})")
+def _store(w: Writer, p: KernelPlan, value: Value, address: str, mask: str) -> None:
+    w.line(f"tl.store(out + {address}, {value.text}.to({tl_dtype(p.output.dtype)}), mask={mask})")
 
 
 def _program_ids(w: Writer, names: list[str]) -> None:
@@ -157,12 +142,12 @@ def _tile_address(rows: dict[str, str], ks: dict[str, str], slots) -> dict[str, 
     return {s.name: f"({rows[s.name]}[:, None] + {ks[s.name]}[None, :])" for s in slots}
 
 
-def _first_stream(p: KernelPlan, values: dict[str, str]) -> str | None:
+def _first_stream(p: KernelPlan, values: dict[str, Value]) -> Value | None:
     """The stream entering stage 0: input 0 itself, unless stage 0 is a zip_with that takes its inputs."""
     return None if isinstance(p.pipeline.stages[0], ZipWith) else values["in0"]
 
 
-def _before_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: str) -> str:
+def _before_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: str) -> Value:
     """Inside the loop over K: load the inputs that join before the combine and apply the stages before it."""
     before = [s for s in p.inputs if not s.after]
     values = emit_loads(w, p, before, _tile_address(rows, ks, before), mask)
@@ -187,15 +172,16 @@ def tile_scan(p: KernelPlan, tile: str, axis: int, combine: str) -> str:
 
 
 def _identity(p: KernelPlan) -> str:
-    return render_const(p.operator.identity)
+    return render_const(p.identity)
 
 
-def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, value: str, address, mask: str, shape: str) -> str:
+def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, var: str, address, mask: str, shape: str) -> Value:
     """Stages after the reduce/scan, with the inputs that join there loaded at ``address``."""
     after = [s for s in p.inputs if s.after]
     values = emit_loads(w, p, after, address, mask)
-    first = len(p.before) + 1
-    return emit_stages(w, ctx, p, p.after, first, value, values, shape)
+    zero_dim = p.kind == "reduce" and not p.kept and not (p.combine.keepdim and p.binding.rank)
+    stream = Value(var, p.combined_dtype, zero_dim)
+    return emit_stages(w, ctx, p, p.after, len(p.before) + 1, stream, values, shape)
 
 
 def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
@@ -220,7 +206,7 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
         ks = emit_offsets(w, "ks", reduced, [s for s in p.inputs if not s.after], "k")
         value = _before_combine(w, ctx, p, rows, ks, "mask")
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
-        w.line(f"acc = {combine}(acc, tl.where(mask, {value}, {ident}).to({acc}))")
+        w.line(f"acc = {combine}(acc, tl.where(mask, {value.text}.to({acc}), {ident}))")
     w.line(f"total = {tile_reduce(ctx, p, 'acc', 1, combine)}")
     with w.block("if TICKET:"):
         w.line("tl.store(partials + rows * SPLIT + pid_k, total, mask=row_mask)")
@@ -257,7 +243,7 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
         ks = emit_offsets(w, "ks", reduced, p.slots, "k")
         value = _before_combine(w, ctx, p, rows, ks, "mask")
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
-        w.line(f"tile = tl.where(mask, {value}, {ident}).to({acc})")
+        w.line(f"tile = tl.where(mask, {value.text}.to({acc}), {ident})")
         w.line(f"scanned = {combine}(carry[:, None], {tile_scan(p, 'tile', 1, combine)})")
         w.line("carry = tc_last(scanned, BLOCK_K)", comment="masked lanes hold the identity: the row's prefix so far")
         ctx.use_helpers(["tc_last"])

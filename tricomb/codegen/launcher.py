@@ -32,6 +32,27 @@ def _num_sms(device):
     return _NUM_SMS[device]
 
 
+def _check_inputs(inputs, dtypes, ranks):
+    """The dtypes and ranks this module was generated for."""
+    for i, (t, dtype, rank) in enumerate(zip(inputs, dtypes, ranks)):
+        if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.dim() != rank:
+            got = f"{t.dtype} of rank {t.dim()}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise TypeError(f"launch: input {i} must be a {dtype} tensor of rank {rank} (this module was generated "
+                            f"for such inputs), got {got}; emit a module for these inputs with pipe.source(...)")
+
+
+def _check_layout(shape, strides, groups):
+    """The layout class this module was generated for: dims outside every group have size 1, and the dims of a
+    group are one run in memory in every tensor."""
+    grouped = {d for group in groups for d in group}
+    same = all(n == 1 for d, n in enumerate(shape) if d not in grouped) and all(
+        st[outer] == st[inner] * shape[inner] for st in strides for group in groups
+        for outer, inner in zip(group, group[1:]))
+    if not same:
+        raise ValueError("launch: these inputs are laid out differently (strides, broadcasting or size-1 axes) "
+                         "from those the module was generated for; emit a module for them with pipe.source(...)")
+
+
 def _needs_int64(shape, strides):
     """True when an element index or offset can pass 2**31 - 1."""
     limit = 2**31 - 1
@@ -81,9 +102,11 @@ def emit_launch(w: Writer, p: KernelPlan, kernel: str) -> None:
     b = p.binding
     ins = [s.name for s in p.inputs]
     before = [s.name for s in p.inputs if not s.after]
-    with w.block(f"def launch({', '.join(ins)}, *, out=None, **overrides):"):
+    with w.block(f"def launch({', '.join(ins)}, *, out=None, _checked=False, **overrides):"):
         w.line(f'"""{p.kind} kernel: returns a new {str(p.output.dtype)[6:]} tensor, or fills ``out``. '
                f'``overrides`` replace schedule entries."""')
+        with w.block("if not _checked:"):
+            w.line(f"_check_inputs(({', '.join(ins)},), {tuple(b.dtypes)!r}, {tuple(b.ranks)!r})")
         w.line(f"shape = torch.broadcast_shapes({', '.join(f'{n}.shape' for n in before)})")
         w.line(f"out_shape = {_out_shape(p)}")
         with w.block("if out is None:"):
@@ -91,6 +114,9 @@ def emit_launch(w: Writer, p: KernelPlan, kernel: str) -> None:
         for slot in p.slots:
             _strides_line(w, p, slot)
         groups = list(enumerate(b.groups))
+        with w.block("if not _checked:"):
+            w.line(f"_check_layout(shape, [{', '.join(f'st_{s.name}' for s in p.slots)}], "
+                   f"{tuple(g.dims for g in b.groups)!r})")
         for g, grp in groups:
             w.line(f"{group_size(g)} = {_product([f'shape[{d}]' for d in grp.dims])}")
         for slot in p.slots:

@@ -44,7 +44,7 @@ def emit_module(p: KernelPlan) -> str:
     combine = None
     if p.combine is not None:
         combine = f"combine_{p.operator.name}"
-        emit_combine_function(body, ctx, combine, p.combine.op)
+        emit_combine_function(body, ctx, combine, p)
         body.line()
         body.line()
     emit_kernel(body, ctx, p, "kernel", combine)
@@ -56,7 +56,9 @@ def emit_module(p: KernelPlan) -> str:
     w.line()
     w.raw(describe(p))
     w.line()
-    w.line("Call launch(*inputs) to run it; it needs only torch and triton.")
+    w.line("Call launch(*inputs) to run it; it needs only torch and triton. CUDA tensors run compiled; for CPU")
+    w.line("tensors, import this module with Triton's interpreter on (TRITON_INTERPRET=1 set before importing")
+    w.line("triton).")
     w.line('"""')
     w.lines(["import torch", "import triton", "import triton.language as tl"] + inlined.imports)
     if inlined.constants:

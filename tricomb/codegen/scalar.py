@@ -1,16 +1,50 @@
 """Emitting scalar functions as straight-line Triton code, one SSA temporary per operation.
 
-The same emitter serves map and zip_with bodies, combine functions for reduce/scan, and epilogues after a
-reduction. Renderings come from the op table; identical subexpressions are emitted once.
+Every value carries torch's dtype for it, found by running the op's torch reference on meta tensors (torch
+decides promotion, weak Python scalars and 0-d tensors), and is computed in that dtype's *compute type*:
+float32 for float16, bfloat16 and float32; float64; int64 for every integer type; int1 for bool. Operands are
+converted to the compute type of the result before each op (of their common type, for comparisons), so
+``exp`` of an integer is a float op and integer arithmetic is 64-bit, as torch's would be. The same emitter
+serves map and zip_with bodies, combine functions for reduce/scan, and epilogues after a reduction; identical
+subexpressions are emitted once.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
+import torch
+
+from ..errors import DTypeError
 from ..scalar.builtins import OPS
+from ..scalar.dtypes import compute_dtype
 from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall
 from .writer import Names, Writer
+
+_TL_DTYPES = {
+    torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
+    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16", torch.int32: "tl.int32",
+    torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+_COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+def tl_dtype(dtype: torch.dtype) -> str:
+    """The ``tl`` spelling of a torch dtype."""
+    return _TL_DTYPES[dtype]
+
+
+@dataclass(frozen=True)
+class Value:
+    """An emitted value: its source text, torch's dtype for it, and whether it is 0-d (which changes torch's
+    promotion: a 0-d tensor does not widen a dimensioned one of the same kind)."""
+
+    text: str
+    dtype: torch.dtype
+    zero_dim: bool = False
+
+    def meta(self) -> torch.Tensor:
+        return torch.empty(() if self.zero_dim else (1,), dtype=self.dtype, device="meta")
 
 
 def render_const(value) -> str:
@@ -38,35 +72,93 @@ class ScalarContext:
                 self.helpers.append(name)
 
 
-def emit_function(w: Writer, ctx: ScalarContext, fn: Function, args: list[str], fill_shape: str,
-                  fill_dtype: str) -> list[str]:
-    """Emit ``fn`` applied to the variables ``args``; return one variable (or literal) per output.
+def _torch_dtype(expr: Call | JitCall, operands: list) -> torch.dtype:
+    metas = [o.meta() if isinstance(o, Value) else o for o in operands]
+    if isinstance(expr, JitCall):
+        tensors = [m if isinstance(m, torch.Tensor) else torch.tensor(m) for m in metas]
+        return torch.result_type(*tensors) if len(tensors) > 1 else tensors[0].dtype
+    if not any(isinstance(m, torch.Tensor) for m in metas):
+        metas[0] = torch.tensor(metas[0])
+    return OPS[expr.op].torch(*metas).dtype
 
-    A constant output is widened to a tile with ``tl.full(fill_shape, value, fill_dtype)``.
+
+def _operand(value, target: torch.dtype, fill_shape: str | None) -> str:
+    """``value`` converted to the compute type ``target``: a constant as a literal, or, with ``fill_shape``, as a
+    tile of that shape (for helpers, which apply tensor methods to their arguments)."""
+    if not isinstance(value, Value):
+        literal = render_const(float(value) if target.is_floating_point and not isinstance(value, bool)
+                               else value)
+        return f"tl.full({fill_shape}, {literal}, {tl_dtype(target)})" if fill_shape else literal
+    if compute_dtype(value.dtype) == target:
+        return value.text
+    return f"{value.text}.to({tl_dtype(target)})"
+
+
+def _targets(expr: Call | JitCall, operands: list, result: torch.dtype) -> list[torch.dtype | None]:
+    """The compute type each operand is converted to (None: leave as is)."""
+    if isinstance(expr, Call) and expr.op in _COMPARISONS:
+        metas = [o.meta() if isinstance(o, Value) else o for o in operands]
+        common = torch.result_type(*metas) if isinstance(metas[0], torch.Tensor) else \
+            torch.result_type(metas[1], metas[0])
+        return [compute_dtype(common)] * len(operands)
+    if isinstance(expr, Call) and expr.op == "where":
+        return [torch.bool] + [compute_dtype(result)] * 2
+    return [compute_dtype(result)] * len(operands)
+
+
+def emit_function(w: Writer, ctx: ScalarContext, fn: Function, args: list[Value], fill_shape: str) -> list[Value]:
+    """Emit ``fn`` applied to ``args``; return one :class:`Value` per output.
+
+    A constant output is widened to a tile with ``tl.full(fill_shape, value, dtype)``. Raises
+    :class:`DTypeError` when torch rejects an op for these dtypes (``where`` with a float condition, say).
     """
-    memo: dict[Expr, str] = {}
+    memo: dict[Expr, object] = {}
 
-    def value(expr: Expr) -> str:
+    def value(expr: Expr):
         if expr in memo:
             return memo[expr]
         if isinstance(expr, Arg):
             result = args[expr.index]
         elif isinstance(expr, Const):
-            result = render_const(expr.value)
+            result = expr.value
         else:
             operands = [value(a) for a in expr.args]
-            result = ctx.names.fresh("t")
-            w.line(f"{result} = {_render(ctx, expr, operands)}")
+            result = _emit_call(w, ctx, expr, operands, fn, fill_shape)
         memo[expr] = result
         return result
 
     results = []
     for out in fn.outputs:
-        var = value(out)
-        if isinstance(out, Const):
-            var = f"tl.full({fill_shape}, {var}, {fill_dtype})"
-        results.append(var)
+        v = value(out)
+        if not isinstance(v, Value):
+            dtype = torch.result_type(args[0].meta(), v) if args else torch.tensor(v).dtype
+            v = Value(f"tl.full({fill_shape}, {_operand(v, compute_dtype(dtype), None)}, "
+                      f"{tl_dtype(compute_dtype(dtype))})", dtype, False)
+        results.append(v)
     return results
+
+
+def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: list, fn: Function,
+               fill_shape: str) -> Value:
+    try:
+        dtype = _torch_dtype(expr, operands)
+    except (RuntimeError, TypeError) as exc:
+        name = expr.op if isinstance(expr, Call) else expr.fn.name
+        kinds = ", ".join(str(o.dtype)[6:] if isinstance(o, Value) else type(o).__name__ for o in operands)
+        raise DTypeError(f"{name} cannot take ({kinds}) in function {fn.name!r}: torch says: {exc}",
+                         fn.location) from None
+    helper_call = isinstance(expr, JitCall) or bool(OPS[expr.op].helpers)
+    no_tensor = not any(isinstance(o, Value) for o in operands[-2:])
+    texts = [o.text if isinstance(o, Value) and t is None else
+             _operand(o, t, fill_shape if helper_call or no_tensor else None)
+             for o, t in zip(operands, _targets(expr, operands, dtype))]
+    result = ctx.names.fresh("t")
+    rendered = _render(ctx, expr, texts)
+    if not dtype.is_floating_point:
+        rendered = f"({rendered}).to({tl_dtype(compute_dtype(dtype))})"
+    w.line(f"{result} = {rendered}")
+    zero_dim = all(o.zero_dim for o in operands if isinstance(o, Value))
+    return Value(result, dtype, zero_dim)
 
 
 def _render(ctx: ScalarContext, expr: Call | JitCall, operands: list[str]) -> str:

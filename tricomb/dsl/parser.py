@@ -40,34 +40,41 @@ def _parser() -> lark.Lark:
                      maybe_placeholders=False)
 
 
-def _caret(text: str, line: int, column: int) -> str:
-    source_line = text.splitlines()[line - 1] if text.splitlines() else ""
-    return f"\n    {source_line}\n    {' ' * (column - 1)}^"
+_OPERATOR_ALIASES = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
+
+
+def _location(text: str, source: str, line: int, column: int) -> Location:
+    lines = text.split("\n")
+    source_line = lines[line - 1] if 0 < line <= len(lines) else ""
+    return Location(source, line, column, source_line)
 
 
 def _expected(exc: lark.exceptions.UnexpectedInput) -> str:
     names = sorted(getattr(exc, "expected", None) or getattr(exc, "allowed", None) or ())
     readable = {"NAME": "a name", "INT": "an integer", "SHORTHAND": "a shorthand (sum, mean, cumsum, ...)",
                 "VBAR": "'|'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','", "EQUAL": "'='", "MINUS": "'-'",
-                "$END": "the end of the text", "MAP": "map", "ZIP_WITH": "zip_with", "REDUCE": "reduce",
-                "SCAN": "scan", "TRUE": "True", "FALSE": "False", "NONE": "None"}
+                "$END": "end of text", "_MAP": "map", "_ZIP_WITH": "zip_with", "_REDUCE": "reduce",
+                "_SCAN": "scan", "TRUE": "True", "FALSE": "False", "NONE": "None"}
     listed = [readable.get(n, n.lower()) for n in names]
     return f"; expected {', '.join(listed)}" if listed else ""
 
 
 def _syntax_error(text: str, exc: lark.exceptions.UnexpectedInput, source: str) -> ParseError:
     line, column = exc.line, exc.column
-    if isinstance(exc, lark.exceptions.UnexpectedEOF) or line in (None, -1):
+    at_end = isinstance(exc, lark.exceptions.UnexpectedToken) and exc.token.type == "$END"
+    if isinstance(exc, lark.exceptions.UnexpectedEOF) or at_end or line in (None, -1):
         lines = text.splitlines() or [""]
         line, column = len(lines), len(lines[-1]) + 1
     if isinstance(exc, lark.exceptions.UnexpectedToken):
-        found = "the end of the text" if exc.token.type == "$END" else repr(str(exc.token))
+        found = "end of text" if exc.token.type == "$END" else repr(str(exc.token))
     elif isinstance(exc, lark.exceptions.UnexpectedCharacters):
-        found = repr(text[exc.pos_in_stream]) if exc.pos_in_stream < len(text) else "the end of the text"
+        found = repr(text[exc.pos_in_stream]) if exc.pos_in_stream < len(text) else "end of text"
     else:
-        found = "the end of the text"
-    message = f"unexpected {found}{_expected(exc)}{_caret(text, line, column)}"
-    return ParseError(message, Location(source, line, column))
+        found = "end of text"
+    hint = ""
+    if found == "'('" and "a name" in _expected(exc):
+        hint = "; a stage is written `map exp` or `reduce add(axis=0)`, not `map(exp)`"
+    return ParseError(f"unexpected {found}{_expected(exc)}{hint}", _location(text, source, line, column))
 
 
 class _Build(lark.Transformer):
@@ -78,20 +85,21 @@ class _Build(lark.Transformer):
         self.text, self.env, self.source = text, env, source
 
     def _where(self, meta_or_token) -> Location:
-        return Location(self.source, meta_or_token.line, meta_or_token.column)
+        return _location(self.text, self.source, meta_or_token.line, meta_or_token.column)
 
-    def _resolve(self, token: lark.Token):
+    def _resolve(self, token: lark.Token, operator: bool = False):
         name = str(token)
         if name in self.env:
             return self.env[name]
+        if operator and name in _OPERATOR_ALIASES:
+            name = _OPERATOR_ALIASES[name]
         if name in BUILTINS:
             return BUILTINS[name]
         known = sorted(set(self.env) | set(BUILTINS))
         close = difflib.get_close_matches(name, known, n=3)
-        hint = f"; did you mean {' or '.join(close)}?" if close else \
-            "; pass your own functions with tc.parse(text, env={'name': fn})"
-        raise UnknownNameError(f"unknown name {name!r}{hint}{_caret(self.text, token.line, token.column)}",
-                               self._where(token))
+        how = "--env FILE.py" if self.source == "<command line>" else "tc.parse(text, env={'name': fn})"
+        hint = f"; did you mean {' or '.join(close)}?" if close else f"; pass your own functions with {how}"
+        raise UnknownNameError(f"unknown name {name!r}{hint}", self._where(token))
 
     # values
     def int_value(self, items): return int(items[0])
@@ -107,9 +115,6 @@ class _Build(lark.Transformer):
     def arguments(self, items):
         return list(items)
 
-    def fn(self, items):
-        return (items[0], self._resolve(items[0]))
-
     def _stage(self, kind: str, meta_token, op, arguments, mean: bool = False):
         from .. import api
         allowed = _STAGE_ARGUMENTS[kind]
@@ -118,8 +123,7 @@ class _Build(lark.Transformer):
             name = str(name_token)
             if name not in allowed or name in kwargs:
                 problem = "is given twice" if name in kwargs else "is not an argument of " + kind
-                raise ParseError(f"{name!r} {problem}; {kind} takes {', '.join(allowed)}"
-                                 f"{_caret(self.text, name_token.line, name_token.column)}", self._where(name_token))
+                raise ParseError(f"{name!r} {problem}; {kind} takes {', '.join(allowed)}", self._where(name_token))
             kwargs[name] = value
         where = self._where(meta_token)
         if kind == "reduce":
@@ -129,20 +133,20 @@ class _Build(lark.Transformer):
     @lark.v_args(meta=True)
     def map_stage(self, meta, items):
         from .. import api
-        return api.build_map(items[0][1], self._where(meta))
+        return api.build_map(self._resolve(items[0]), self._where(meta))
 
     @lark.v_args(meta=True)
     def zip_with_stage(self, meta, items):
         from .. import api
-        return api.build_zip_with(items[0][1], self._where(meta))
+        return api.build_zip_with(self._resolve(items[0]), self._where(meta))
 
     @lark.v_args(meta=True)
     def reduce_stage(self, meta, items):
-        return self._stage("reduce", meta, items[0][1], items[1] if len(items) > 1 else None)
+        return self._stage("reduce", meta, self._resolve(items[0], operator=True), items[1] if len(items) > 1 else None)
 
     @lark.v_args(meta=True)
     def scan_stage(self, meta, items):
-        return self._stage("scan", meta, items[0][1], items[1] if len(items) > 1 else None)
+        return self._stage("scan", meta, self._resolve(items[0], operator=True), items[1] if len(items) > 1 else None)
 
     @lark.v_args(meta=True)
     def shorthand_stage(self, meta, items):

@@ -74,6 +74,9 @@ def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
             names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
             raise DTypeError(f"input {i} has dtype {str(t.dtype).replace('torch.', '')}; this version handles "
                              f"{names}. Convert it with .to(torch.float32)")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise TricombError("an input requires grad, but tricomb kernels record no autograd graph; pass "
+                           "x.detach(), or call the pipeline under torch.no_grad()")
     devices = {t.device for t in tensors}
     if len(devices) > 1:
         listed = ", ".join(f"input {i} on {t.device}" for i, t in enumerate(tensors))
@@ -163,7 +166,8 @@ def coalesce(shape: tuple[int, ...], axes: tuple[int, ...], strides: list[tuple[
 @functools.lru_cache(maxsize=4096)
 def result_dtype(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], torch.dtype], ...]) -> torch.dtype:
     """torch's result dtype for ``pipeline`` on inputs of these shapes and dtypes (evaluated on meta tensors)."""
-    return evaluate(pipeline, [torch.empty(shape, dtype=dtype, device="meta") for shape, dtype in inputs]).dtype
+    return evaluate(pipeline, [torch.empty(shape, dtype=dtype, device="meta") for shape, dtype in inputs],
+                    explain_errors=True).dtype
 
 
 def bind(pipeline: PipelineIR, tensors: tuple, out: torch.Tensor | None = None) -> tuple[Binding, tuple[int, ...]]:
@@ -209,7 +213,8 @@ def check_out(out, shape: tuple[int, ...], dtype: torch.dtype, tensors: tuple) -
                          f"dtype={dtype}")
     if out.device != tensors[0].device:
         raise DeviceError(f"out= is on {out.device} but the inputs are on {tensors[0].device}; allocate it there")
-    if any(t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr() for t in tensors):
+    if out.numel() and any(t.numel() and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+                           for t in tensors):
         raise TricombError("out= shares memory with an input; results never alias inputs. Pass a fresh tensor")
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride())):
         raise ShapeError("out= has a zero stride (an expanded tensor), so elements would overwrite each other; "

@@ -11,14 +11,17 @@ Every pipeline becomes exactly one kernel of one of three kinds:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+from ..pipeline.evaluate import evaluate
 from ..pipeline.ir import PipelineIR, Reduce, Scan, Stage
 from ..pipeline.verify import operator_spec
 from ..scalar.builtins import OpSpec
-from .bind import Binding, Group, combine_stage
+from ..scalar.dtypes import compute_dtype
+from .bind import Binding, Group, combine_stage, input_stages
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +45,20 @@ class KernelPlan:
     before: tuple[Stage, ...]  # stages applied before the reduce/scan (all of them for a map kernel)
     combine: Reduce | Scan | None
     after: tuple[Stage, ...]  # stages applied to the reduced or scanned values
-    compute_dtype: torch.dtype  # dtype of elementwise math (half types computed in float32)
-    acc_dtype: torch.dtype  # dtype of the reduce/scan accumulator
+    compute_dtype: torch.dtype  # widest float compute dtype of the inputs (half types computed in float32)
+    combined_dtype: torch.dtype | None  # torch's dtype of the stream just after the reduce/scan
+    acc_dtype: torch.dtype | None  # the compute dtype of the reduce/scan accumulator
+
+    @property
+    def identity(self):
+        """The operator's identity in the accumulator's dtype (masked lanes hold it)."""
+        value = self.operator.identity
+        if self.acc_dtype.is_floating_point:
+            return value
+        if self.acc_dtype == torch.bool:
+            return bool(value > 0) if math.isinf(value) else bool(value)
+        info = torch.iinfo(self.acc_dtype)
+        return info.max if value == math.inf else info.min if value == -math.inf else int(value)
 
     @property
     def num_kernels(self) -> int:
@@ -70,6 +85,14 @@ def _compute_dtype(dtypes) -> torch.dtype:
     return torch.float64 if torch.float64 in dtypes else torch.float32
 
 
+def combined_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torch.dtype:
+    """torch's dtype for the stream right after stage ``at`` (the reduce or scan)."""
+    owners = input_stages(pipeline)
+    metas = [torch.empty((1,) * rank, dtype=dtype, device="meta")
+             for dtype, rank, owner in zip(binding.dtypes, binding.ranks, owners) if owner <= at]
+    return evaluate(PipelineIR(pipeline.stages[:at + 1]), metas).dtype
+
+
 def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
     """The kernel plan for ``pipeline`` on inputs of ``binding``'s layout class."""
     at, stage = combine_stage(pipeline)
@@ -77,12 +100,14 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
                    in enumerate(zip(binding.dtypes, binding.joins_after)))
     output = Slot("out", binding.out_dtype, True)
     kind = "map" if stage is None else ("reduce" if isinstance(stage, Reduce) else "scan")
-    compute = _compute_dtype(binding.dtypes)
-    acc = compute
-    if not binding.out_dtype.is_floating_point and binding.out_dtype != torch.bool:
-        acc = torch.int64
+    combined = combined_dtype(pipeline, binding, at) if stage is not None else None
+    acc = compute_dtype(combined) if combined is not None else None
     return KernelPlan(kind, pipeline, binding, inputs, output, pipeline.stages[:at], stage,
-                      pipeline.stages[at + 1:], compute, acc)
+                      pipeline.stages[at + 1:], _compute_dtype(binding.dtypes), combined, acc)
+
+
+def _group_kind(p: KernelPlan, g: Group) -> str:
+    return "scanned" if g.kind == "reduced" and p.kind == "scan" else g.kind
 
 
 def describe(p: KernelPlan) -> str:
@@ -95,7 +120,7 @@ def describe(p: KernelPlan) -> str:
                                       for s, r in zip(p.inputs, b.ranks)),
              f"  output: {str(p.output.dtype)[6:]}; compute in {str(p.compute_dtype)[6:]}",
              "  iteration groups (outer to inner): "
-             + (", ".join(f"{g.kind}{list(g.dims)}" for g in b.groups) or "none (a single element)")]
+             + (", ".join(f"{_group_kind(p, g)}{list(g.dims)}" for g in b.groups) or "none (a single element)")]
     if p.before:
         lines.append("  per element: " + " | ".join(stage_text(s) for s in p.before))
     if p.combine is not None:

@@ -10,6 +10,7 @@ from typing import Callable
 
 import torch
 
+from ..errors import StageError, TricombError
 from ..scalar.builtins import OPS
 from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall
 from .ir import Map, PipelineIR, Reduce, Scan, ZipWith
@@ -104,18 +105,36 @@ def scan_tensor(stage: Scan, x: torch.Tensor) -> torch.Tensor:
     return spec.scan_ref(x, stage.axis)
 
 
-def evaluate(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: OpHook = _identity) -> torch.Tensor:
-    """The pipeline's result computed by torch, stage by stage."""
+def evaluate(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: OpHook = _identity,
+             explain_errors: bool = False) -> torch.Tensor:
+    """The pipeline's result computed by torch, stage by stage.
+
+    With ``explain_errors``, an error torch raises for a stage becomes a :class:`StageError` naming the stage.
+    """
     pending = list(inputs)
     stream = None
     for i, stage in enumerate(pipeline.stages):
-        if isinstance(stage, Map):
-            stream = evaluate_function(stage.fn, [stream if i else pending.pop(0)], after_op)[0]
-        elif isinstance(stage, ZipWith):
-            take = stage.fn.arity if i == 0 else stage.fn.arity - 1
-            new, pending = pending[:take], pending[take:]
-            stream = evaluate_function(stage.fn, new if i == 0 else [stream] + new, after_op)[0]
-        else:
-            x = stream if i else pending.pop(0)
-            stream = after_op(reduce_tensor(stage, x) if isinstance(stage, Reduce) else scan_tensor(stage, x))
+        try:
+            stream, pending = _evaluate_stage(stage, i, stream, pending, after_op)
+        except (RuntimeError, TypeError, ValueError, OverflowError, IndexError) as exc:
+            if not explain_errors or isinstance(exc, TricombError):
+                raise
+            from .printer import stage_text
+            what = f"a stream of {tuple(stream.shape)} {str(stream.dtype)[6:]}" if i else "inputs " + ", ".join(
+                f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in inputs)
+            raise StageError(f"torch rejects stage {i} ({stage_text(stage)}) on {what}: {exc}",
+                             stage.location) from None
     return stream
+
+
+def _evaluate_stage(stage, i: int, stream, pending: list, after_op: OpHook):
+    """One stage: returns the new stream and the inputs not yet consumed."""
+    if isinstance(stage, Map):
+        return evaluate_function(stage.fn, [stream if i else pending[0]], after_op)[0], pending[0 if i else 1:]
+    if isinstance(stage, ZipWith):
+        take = stage.fn.arity if i == 0 else stage.fn.arity - 1
+        new = pending[:take]
+        return evaluate_function(stage.fn, new if i == 0 else [stream] + new, after_op)[0], pending[take:]
+    x = stream if i else pending[0]
+    combined = reduce_tensor(stage, x) if isinstance(stage, Reduce) else scan_tensor(stage, x)
+    return after_op(combined), pending[0 if i else 1:]

@@ -16,6 +16,8 @@ def operator_spec(op: Function) -> OpSpec | None:
     out = op.outputs[0] if len(op.outputs) == 1 else None
     if op.arity == 2 and isinstance(out, Call) and out.args == (Arg(0), Arg(1)):
         return OPS[out.op]
+    if op.arity == 2 and isinstance(out, Call) and out.args == (Arg(1), Arg(0)) and OPS[out.op].commutative:
+        return OPS[out.op]
     return None
 
 

@@ -56,7 +56,7 @@ def compile_for(pipeline: PipelineIR, cache: dict, tensors: tuple, out=None) -> 
 def run(pipeline: PipelineIR, cache: dict, tensors: tuple, out: torch.Tensor | None) -> torch.Tensor:
     """Run the pipeline on ``tensors``: one kernel launch (none for an empty result)."""
     entry, _ = compile_for(pipeline, cache, tensors, out)
-    return entry.module.launch(*tensors, out=out, **_OVERRIDES.get())
+    return entry.module.launch(*tensors, out=out, _checked=True, **_OVERRIDES.get())
 
 
 def emit_source(pipeline: PipelineIR, tensors: tuple) -> str:

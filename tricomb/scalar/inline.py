@@ -16,7 +16,7 @@ import textwrap
 import types
 from dataclasses import dataclass, field
 
-from ..errors import InlineError, Location
+from ..errors import InlineError, Location, UnsupportedError
 from .ir import JitRef
 
 
@@ -92,13 +92,16 @@ class _Copier:
         self.taken.add(name)
         return name
 
-    def copy(self, jit_fn) -> str:
+    def copy(self, jit_fn, top_level: bool = False) -> str:
         py_fn = _python_fn(jit_fn)
         if id(py_fn) in self.code.names:
             return self.code.names[id(py_fn)]
-        name = self.fresh(py_fn.__name__)
+        name = self.fresh(f"user_{py_fn.__name__}")  # user_: no clash with kernel locals, helpers, combines
         self.code.names[id(py_fn)] = name
         node = _parse(py_fn)
+        if top_level and any(isinstance(r.value, ast.Tuple) for r in ast.walk(node) if isinstance(r, ast.Return)):
+            raise UnsupportedError(f"@triton.jit function {py_fn.__name__!r} returns a tuple; tuple streams are not "
+                                   "supported yet: return one value", _location(py_fn))
         node.name = name
         _Rewriter(self, py_fn, _local_names(node)).visit(node)
         ast.fix_missing_locations(node)
@@ -133,7 +136,7 @@ class _Copier:
     def _constant(self, dotted: str, value) -> str:
         key = (dotted, value)
         if key not in self._constants:
-            name = self.fresh(dotted.replace(".", "_"))
+            name = self.fresh("user_" + dotted.replace(".", "_"))
             self._constants[key] = name
             self.code.constants.append(f"{name} = tl.constexpr({value!r})")
         return self._constants[key]
@@ -192,5 +195,5 @@ def inline_jit_functions(refs: list[JitRef], taken: set[str]) -> InlinedCode:
     """
     copier = _Copier(taken)
     for ref in refs:
-        copier.copy(ref.fn)
+        copier.copy(ref.fn, top_level=True)
     return copier.code

@@ -19,11 +19,24 @@ class Arg:
     index: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Const:
-    """A Python number. Like a Python scalar in torch, it does not widen a tensor's dtype (a weak scalar)."""
+    """A Python number. Like a Python scalar in torch, it does not widen a tensor's dtype (a weak scalar).
+
+    Equality is by type and exact value: ``1``, ``1.0`` and ``True`` differ (they promote differently), so do
+    ``0.0`` and ``-0.0``; NaN equals NaN (so a function holding NaN is one cache entry).
+    """
 
     value: bool | int | float
+
+    def _key(self):
+        return type(self.value), repr(self.value)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Const) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import numbers
 
-from ..errors import ArityError, Location, TraceError, caller_location
+from ..errors import ArityError, Location, TraceError, TricombError, caller_location
 from .builtins import OPS, OpSpec
 from .ir import Arg, Call, Const, Expr, Function, JitCall, JitRef
 
@@ -47,7 +47,10 @@ class Traced:
     def __rmul__(self, o): return _apply("mul", o, self)
     def __truediv__(self, o): return _apply("div", self, o)
     def __rtruediv__(self, o): return _apply("div", o, self)
-    def __pow__(self, o): return _apply("pow", self, o)
+    def __pow__(self, o):
+        # x ** 2 is exactly x * x in torch too; the general pow goes through exp2/log2
+        return _apply("square", self) if isinstance(o, int) and not isinstance(o, bool) and o == 2 \
+            else _apply("pow", self, o)
     def __rpow__(self, o): return _apply("pow", o, self)
     def __neg__(self): return _apply("neg", self)
     def __pos__(self): return self
@@ -100,6 +103,12 @@ class Builtin:
     def __repr__(self) -> str:
         return f"tc.{self.name}"
 
+    def __rshift__(self, other):
+        raise TricombError(f"tc.{self.name} is a scalar function, not a stage; compose stages: "
+                           f"tc.map(tc.{self.name}) >> ...", caller_location())
+
+    __rrshift__ = __rshift__
+
     @property
     def __doc__(self) -> str:  # type: ignore[override]
         return f"tc.{self.name}: {self.spec.doc} ({self.spec.arity} argument(s))."
@@ -132,6 +141,16 @@ def to_function(fn, *, role: str, location: Location | None = None) -> Function:
         return Function(arity, (Call(fn.name, tuple(Arg(i) for i in range(arity))),), fn.name, location)
     if is_jit_function(fn):
         return _from_jit(fn, role, location)
+    if isinstance(getattr(fn, "operator", None), str) and getattr(fn, "__module__", "") == "tricomb.api":
+        raise TraceError(f"tc.{fn.__name__} is a stage shorthand, not a scalar function; the operator it uses is "
+                         f"tc.{fn.operator}", location)
+    if hasattr(fn, "ir") and hasattr(fn, "source"):
+        raise TraceError(f"{role} is the pipeline {fn}, not a scalar function; operators are tc.add, "
+                         "tc.mul, tc.maximum, tc.minimum (tc.sum, tc.max, ... are whole stages)", location)
+    if getattr(fn, "__module__", "") in ("torch", "torch.nn.functional") or type(fn).__name__ == "builtin_function_or_method":
+        raise TraceError(f"{role} is {fn!r}, a torch or builtin function, not a scalar function; use tricomb's "
+                         f"builtins (tc.{getattr(fn, '__name__', 'exp')} where it exists) or a lambda over them",
+                         location)
     if callable(fn):
         return _trace(fn, role, location)
     raise TraceError(f"{role} must be a builtin (tc.exp), a Python function or lambda, or a @triton.jit function; "
@@ -162,7 +181,7 @@ def _trace(fn, role: str, location: Location | None) -> Function:
     where = _function_location(fn) or location
     try:
         result = fn(*(Traced(Arg(i)) for i in range(arity)))
-    except TraceError:
+    except TricombError:
         raise
     except Exception as exc:
         raise TraceError(f"tracing {role} {name!r} failed with {type(exc).__name__}: {exc}. Inside a scalar "

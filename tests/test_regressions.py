@@ -1,0 +1,104 @@
+"""Findings of hostile testing, each kept as a test of the whole kind of fault it stood for."""
+import pytest
+import torch
+
+import tricomb as tc
+from tricomb.testing import assert_matches_torch
+
+
+def test_constants_differ_by_type_and_sign(device):
+    """1, 1.0 and True promote differently and 0.0 is not -0.0: they are never merged as one constant."""
+    x = torch.randn(16, device=device)
+    assert tc.map(lambda v: tc.where(v > 0, 1.0, 0.0))(x).dtype == torch.float32
+    assert tc.map(lambda v: tc.where(v > 0, 1, 0))(x).dtype == torch.int64
+    assert tc.map(lambda v: tc.where(v > 0, True, False))(x).dtype == torch.bool
+
+
+def test_integer_intermediates_are_64_bit_like_torch(device):
+    x = torch.randn(16, device=device)
+    pipe = tc.map(lambda v: tc.where(v > 0, 100000, 1) * 100000)
+    torch.testing.assert_close(pipe(x), torch.where(x > 0, 100000, 1) * 100000)
+    pipe = tc.map(lambda v: tc.where(v > 0, 1, 0) + 2**40)
+    torch.testing.assert_close(pipe(x), torch.where(x > 0, 1, 0) + 2**40)
+
+
+def test_float_ops_of_integer_values_compute_in_float(device):
+    x = torch.randn(16, device=device)
+    assert_matches_torch(tc.map(lambda v: tc.exp(tc.where(v > 0, 1, 0))), x)
+    assert_matches_torch(tc.map(lambda v: tc.sqrt(v > 0)), x)
+
+
+def test_integer_max_and_sum_use_integer_identities(device):
+    x = torch.randn(33, device=device)
+    ints = tc.map(lambda v: tc.where(v > 0, 1, 0))
+    assert (ints >> tc.max())(x).item() == int((x > 0).any())
+    assert (ints >> tc.sum())(x).item() == int((x > 0).sum())
+    assert (ints >> tc.sum()).__call__(x).dtype == torch.int64
+
+
+@pytest.mark.parametrize("fn", [lambda v: v ** 2, lambda v: v ** 2.0, lambda v: 2.0 ** v, lambda v: v ** 0.5,
+                                lambda v: v ** -1])
+def test_constant_exponents(fn, device):
+    x = torch.randn(40, device=device).abs() + 0.1
+    assert_matches_torch(tc.map(fn), x)
+
+
+def test_square_is_exact(device):
+    x = torch.randn(40, device=device)
+    assert torch.equal(tc.map(lambda v: v ** 2)(x), x * x)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: tc.max(axis=0)(torch.empty(0, 3)), "zero-size dimension"),
+    (lambda: (tc.map(lambda v: v > 0) >> tc.mean())(torch.randn(4)), "mean"),
+    (lambda: tc.map(lambda v: tc.where(v, 1.0, 0.0))(torch.randn(4)), "predicate"),
+])
+def test_what_torch_rejects_is_a_stage_error(make, match):
+    with pytest.raises(tc.StageError, match=match):
+        make()
+
+
+def test_stage_shorthand_is_not_an_operator():
+    with pytest.raises(tc.TraceError, match="tc.max is a stage shorthand.*tc.maximum"):
+        tc.reduce(tc.max)
+
+
+def test_torch_functions_are_not_scalar_functions():
+    with pytest.raises(tc.TraceError, match="use tricomb's builtins"):
+        tc.map(torch.exp)
+
+
+def test_a_builtin_cannot_be_composed_directly():
+    with pytest.raises(tc.TricombError, match=r"tc.map\(tc.exp\)"):
+        tc.exp >> tc.sum()
+
+
+def test_swapped_arguments_of_a_commutative_builtin_are_that_operator(device):
+    x = torch.randn(10, device=device)
+    torch.testing.assert_close(tc.reduce(lambda a, b: b + a)(x), x.sum())
+
+
+def test_empty_out_is_not_an_alias():
+    assert tc.map(tc.exp)(torch.empty(0), out=torch.empty(0)).numel() == 0
+
+
+def test_inputs_that_require_grad_are_refused():
+    with pytest.raises(tc.TricombError, match="detach"):
+        tc.map(tc.exp)(torch.randn(3, requires_grad=True))
+    with torch.no_grad():
+        tc.map(tc.exp)(torch.randn(3, requires_grad=True))
+
+
+def test_emitted_launch_refuses_other_ranks_dtypes_and_layouts():
+    from tricomb.runtime.loader import load_module
+    module = load_module((tc.map(tc.exp) >> tc.sum()).source(torch.randn(100)), interpret=True)
+    with pytest.raises(TypeError, match="rank 1"):
+        module.launch(torch.randn(10, 10))
+    with pytest.raises(TypeError, match="float32"):
+        module.launch(torch.randn(10, dtype=torch.float64))
+    flat = load_module(tc.map(tc.exp).source(torch.randn(4, 6)), interpret=True)  # one merged group
+    with pytest.raises(ValueError, match="laid out differently"):
+        flat.launch(torch.randn(6, 4).t())
+    rows = load_module(tc.sum(axis=-1).source(torch.randn(4, 6)), interpret=True)  # a group per dim
+    x = torch.randn(6, 4).t()
+    torch.testing.assert_close(rows.launch(x), x.sum(-1))  # any strides fit
