@@ -249,3 +249,20 @@ def helper_closure(names) -> list[str]:
     for name in names:
         visit(name)
     return list(order)
+
+
+def markdown_table() -> str:
+    """The builtin table as Markdown: ``docs/builtins.md`` is this text (a test keeps them equal)."""
+    lines = ["# Builtin scalar functions", "",
+             "Generated from the op table (`tricomb/scalar/builtins.py`) by `tricomb.scalar.builtins.markdown_table()`;",
+             "`tests/test_docs.py` checks that this file is current. Each name is `tc.NAME` in Python and `NAME` in",
+             "the DSL. Operators (with an identity) can be given to `reduce` and `scan`.", "",
+             "| name | arguments | meaning | torch reference | operator: identity |", "|---|---|---|---|---|"]
+    for spec in _TABLE:
+        name = getattr(spec.torch, "__name__", "")
+        ref = f"torch.nn.functional.{name}" if getattr(F, name, None) is spec.torch else f"torch.{name}"
+        if spec.name == "gelu_tanh":
+            ref = "torch.nn.functional.gelu(approximate='tanh')"
+        op = f"{spec.identity!r}" if spec.identity is not None else ""
+        lines.append(f"| `{spec.name}` | {spec.arity} | {spec.doc} | `{ref}` | {op} |")
+    return "\n".join(lines) + "\n"
