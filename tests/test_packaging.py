@@ -1,4 +1,5 @@
 """The grammar ships inside the wheel and loads from an installed wheel as from the source checkout."""
+import os
 import subprocess
 import sys
 import zipfile
@@ -19,8 +20,9 @@ def test_wheel_contains_the_grammar_and_parses_from_it(tmp_path):
     check = ("import tricomb, tricomb.dsl.parser as p; "
              "assert '_grammar' in str(p.grammar_path()), p.grammar_path(); "
              "print(tricomb.parse('map softplus | sum'))")
+    path = os.pathsep.join(p for p in [str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")] if p)
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": path})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "map softplus | sum"
 

@@ -78,9 +78,10 @@ HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tc_log1p": ('''
 @triton.jit
 def tc_log1p(x):
-    # log1p(x) = log(u) * x / (u - 1), u = 1 + x (Goldberg 1991, Theorem 4)
+    # log1p(x) = log(u) * x / (u - 1), u = 1 + x (Goldberg 1991, Theorem 4); the quotient is a correction
+    # factor near 1, so the fast division (2 ulp) keeps the result within a few ulp
     u = 1.0 + x
-    r = tl.log(u) * (x / (u - 1.0))
+    r = tl.log(u) * tl.math.fdiv(x, u - 1.0, ieee_rounding=False)
     r = tl.where(u == 1.0, x, r)
     return tl.where(x == float("inf"), x, r)
 ''', ()),
@@ -89,7 +90,7 @@ def tc_log1p(x):
 def tc_expm1(x):
     # expm1(x) = (u - 1) * x / log(u), u = exp(x) (Kahan; Higham 2002, 1.14.1)
     u = tl.exp(x)
-    r = (u - 1.0) * (x / tl.log(u))
+    r = (u - 1.0) * tl.math.fdiv(x, tl.log(u), ieee_rounding=False)
     r = tl.where(u == 1.0, x, r)
     r = tl.where(u - 1.0 == -1.0, -1.0, r)
     return tl.where(u == float("inf"), u, r)
@@ -105,9 +106,12 @@ def tc_tanh(x):
     "tc_softplus": ('''
 @triton.jit
 def tc_softplus(x):
-    # torch.nn.functional.softplus(x, beta=1, threshold=20)
-    return tl.where(x > 20.0, x, tc_log1p(tl.exp(x)))
-''', ("tc_log1p",)),
+    # torch.nn.functional.softplus(x, beta=1, threshold=20): log1p(exp(x)) by Goldberg's formula, inlined
+    e = tl.exp(x)
+    u = 1.0 + e
+    r = tl.where(u == 1.0, e, tl.log(u) * tl.math.fdiv(e, u - 1.0, ieee_rounding=False))
+    return tl.where(x > 20.0, x, r)
+''', ()),
     "tc_gelu_tanh": ('''
 @triton.jit
 def tc_gelu_tanh(x):
