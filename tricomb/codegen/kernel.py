@@ -11,7 +11,6 @@ from ..lower.bind import input_stages
 from ..lower.fuse import KernelPlan, Slot
 from ..pipeline.ir import Map, Reduce, Stage, ZipWith
 from ..pipeline.printer import stage_text
-from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype
 from .scalar import ScalarContext, Value, emit_function, render_const, tl_dtype
 from .writer import Writer

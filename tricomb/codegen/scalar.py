@@ -18,7 +18,7 @@ import torch
 from ..errors import DTypeError
 from ..scalar.builtins import OPS
 from ..scalar.dtypes import compute_dtype
-from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall
+from ..scalar.ir import Call, Function, JitCall, fold
 from .writer import Names, Writer
 
 _TL_DTYPES = {
@@ -112,24 +112,9 @@ def emit_function(w: Writer, ctx: ScalarContext, fn: Function, args: list[Value]
     A constant output is widened to a tile with ``tl.full(fill_shape, value, dtype)``. Raises
     :class:`DTypeError` when torch rejects an op for these dtypes (``where`` with a float condition, say).
     """
-    memo: dict[Expr, object] = {}
-
-    def value(expr: Expr):
-        if expr in memo:
-            return memo[expr]
-        if isinstance(expr, Arg):
-            result = args[expr.index]
-        elif isinstance(expr, Const):
-            result = expr.value
-        else:
-            operands = [value(a) for a in expr.args]
-            result = _emit_call(w, ctx, expr, operands, fn, fill_shape)
-        memo[expr] = result
-        return result
-
+    outputs = fold(fn, args, lambda expr, operands: _emit_call(w, ctx, expr, operands, fn, fill_shape))
     results = []
-    for out in fn.outputs:
-        v = value(out)
+    for v in outputs:
         if not isinstance(v, Value):
             dtype = torch.result_type(args[0].meta(), v) if args else torch.tensor(v).dtype
             v = Value(f"tl.full({fill_shape}, {_operand(v, compute_dtype(dtype), None)}, "

@@ -12,7 +12,7 @@ import torch
 
 from ..errors import StageError, TricombError
 from ..scalar.builtins import OPS
-from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall
+from ..scalar.ir import Function, JitCall, fold
 from .ir import Map, PipelineIR, Reduce, Scan, ZipWith
 from .verify import operator_spec
 
@@ -52,27 +52,14 @@ def _jit_call(expr: JitCall, operands: list) -> torch.Tensor:
 
 def evaluate_function(fn: Function, args: list, after_op: OpHook = _identity) -> list[torch.Tensor]:
     """``fn``'s outputs computed by torch from the tensors ``args``; ``after_op`` is applied to each op's result."""
-    memo: dict[Expr, object] = {}
+    def on_call(expr, operands):
+        if isinstance(expr, JitCall):
+            return after_op(_jit_call(expr, operands))
+        if not any(isinstance(o, torch.Tensor) for o in operands):
+            operands[0] = torch.tensor(operands[0])
+        return after_op(OPS[expr.op].torch(*operands))
 
-    def value(expr: Expr):
-        if expr in memo:
-            return memo[expr]
-        if isinstance(expr, Arg):
-            result = args[expr.index]
-        elif isinstance(expr, Const):
-            result = expr.value
-        else:
-            operands = [value(a) for a in expr.args]
-            if isinstance(expr, JitCall):
-                result = after_op(_jit_call(expr, operands))
-            else:
-                if not any(isinstance(o, torch.Tensor) for o in operands):
-                    operands[0] = torch.tensor(operands[0])
-                result = after_op(OPS[expr.op].torch(*operands))
-        memo[expr] = result
-        return result
-
-    return [_as_tensor(value(out), args) for out in fn.outputs]
+    return [_as_tensor(v, args) for v in fold(fn, args, on_call)]
 
 
 def normalize_axes(axis: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:

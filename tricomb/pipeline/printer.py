@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..scalar.builtins import OPS
 from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall
-from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith
+from .ir import Map, PipelineIR, Reduce, Stage, ZipWith
 from .verify import operator_spec
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "lt": "<", "le": "<=", "gt": ">",

@@ -21,7 +21,7 @@ has no libdevice, so each such helper also carries a portable formula, chosen wh
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch

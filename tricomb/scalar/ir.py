@@ -102,6 +102,24 @@ def walk(expr: Expr):
     yield expr
 
 
+def fold(function: Function, args: list, on_call) -> list:
+    """Evaluate ``function``'s outputs bottom-up: an argument is ``args[i]``, a constant its Python value, and
+    a call ``on_call(node, operand_results)``. Shared subexpressions are evaluated once."""
+    memo: dict[Expr, object] = {}
+
+    def value(expr: Expr):
+        if expr not in memo:
+            if isinstance(expr, Arg):
+                memo[expr] = args[expr.index]
+            elif isinstance(expr, Const):
+                memo[expr] = expr.value
+            else:
+                memo[expr] = on_call(expr, [value(a) for a in expr.args])
+        return memo[expr]
+
+    return [value(out) for out in function.outputs]
+
+
 def jit_functions(function: Function) -> list[JitRef]:
     """The user ``@triton.jit`` functions ``function`` calls, in first-use order, without repeats."""
     seen: dict[JitRef, None] = {}
