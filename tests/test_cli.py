@@ -62,3 +62,8 @@ def test_help_has_examples(capsys):
         main(["run", "--help"])
     assert exit_info.value.code == 0
     assert 'tricomb run "map softplus | sum"' in capsys.readouterr().out
+
+
+def test_generated_inputs_joining_after_a_reduce_have_the_reduced_shape(capsys):
+    assert main(["run", "sum(axis=1) | zip_with sub", "--shape", "30", "20"]) == 0
+    assert "(30, 20) float32, (30,) float32" in capsys.readouterr().out

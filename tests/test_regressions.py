@@ -64,8 +64,10 @@ def test_stage_shorthand_is_not_an_operator():
 
 
 def test_torch_functions_are_not_scalar_functions():
-    with pytest.raises(tc.TraceError, match="use tricomb's builtins"):
+    with pytest.raises(tc.TraceError, match="use tc.exp"):
         tc.map(torch.exp)
+    with pytest.raises(tc.TraceError, match="use tc.maximum"):
+        tc.reduce(max)
 
 
 def test_a_builtin_cannot_be_composed_directly():
@@ -102,3 +104,40 @@ def test_emitted_launch_refuses_other_ranks_dtypes_and_layouts():
     rows = load_module(tc.sum(axis=-1).source(torch.randn(4, 6)), interpret=True)  # a group per dim
     x = torch.randn(6, 4).t()
     torch.testing.assert_close(rows.launch(x), x.sum(-1))  # any strides fit
+
+
+def test_python_composition_errors_point_to_the_right_operator():
+    with pytest.raises(tc.TricombError, match="compose stages with >>"):
+        tc.map(tc.exp) | tc.sum()
+    with pytest.raises(tc.TricombError, match="torch's dim is axis here"):
+        tc.sum(dim=1)
+
+
+def test_env_names_print_back_and_missing_ones_are_listed():
+    double = lambda x: x * 2  # noqa: E731
+    pipe = tc.parse("map g | sum", env={"g": double})
+    assert str(pipe) == "map g | sum"
+    with pytest.raises(tc.UnknownNameError, match=r"names given: g"):
+        tc.parse("map h | sum", env={"g": double})
+
+
+def test_library_jit_functions_work_inside_user_functions(device):
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def silu(x):
+        return x * tl.sigmoid(x)
+
+    x = torch.randn(64, device=device)
+    torch.testing.assert_close(tc.map(silu)(x), torch.nn.functional.silu(x))
+
+
+def test_saved_module_on_cpu_without_the_interpreter_says_how(tmp_path):
+    import subprocess
+    import sys
+    (tmp_path / "k.py").write_text(tc.map(tc.exp).source(torch.randn(4)))
+    code = "import torch, k; k.launch(torch.randn(4))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"})
+    assert "TRITON_INTERPRET=1" in done.stderr

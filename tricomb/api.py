@@ -53,6 +53,12 @@ class Pipeline:
                                f"{type(other).__name__} {other!r}; wrap functions in tc.map(...)", caller_location())
         return Pipeline(PipelineIR(self.ir.stages + other.ir.stages))
 
+    def __or__(self, other):
+        raise TricombError("in Python, compose stages with >> (| separates stages in the DSL text)",
+                           caller_location())
+
+    __ror__ = __or__
+
     def __rrshift__(self, other):
         raise TricombError(f"only pipelines compose with >>; {other!r} is not one. Wrap scalar functions in "
                            "tc.map(...) or tc.zip_with(...)", caller_location())
@@ -151,15 +157,24 @@ def scan(op, axis: int = -1) -> Pipeline:
     return build_scan(op, axis, caller_location())
 
 
+def _no_other_arguments(name: str, allowed: str, extra: dict) -> None:
+    if extra:
+        wrong = ", ".join(f"{k}=" for k in extra)
+        raise TricombError(f"tc.{name} takes {allowed}, not {wrong}" + (" (torch's dim is axis here)"
+                           if "dim" in extra else ""), caller_location())
+
+
 def _reduce_shorthand(op: str, mean: bool = False):
-    def stage(axis=None, keepdim: bool = False) -> Pipeline:
+    def stage(axis=None, keepdim: bool = False, **extra) -> Pipeline:
+        _no_other_arguments(stage.__name__, "axis= and keepdim=", extra)
         return build_reduce(BUILTINS[op], axis, keepdim, mean, caller_location())
     stage.operator = op  # marks a stage shorthand: passing it where an operator belongs gets a pointed error
     return stage
 
 
 def _scan_shorthand(op: str):
-    def stage(axis: int = -1) -> Pipeline:
+    def stage(axis: int = -1, **extra) -> Pipeline:
+        _no_other_arguments(stage.__name__, "axis=", extra)
         return build_scan(BUILTINS[op], axis, caller_location())
     stage.operator = op
     return stage

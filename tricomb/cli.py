@@ -75,7 +75,16 @@ def _load(path: str) -> torch.Tensor:
     raise UsageError(f"--input {path}: use a .pt (torch.save) or .npy (numpy.save) file")
 
 
-def _inputs(args, count: int, device: torch.device) -> list[torch.Tensor]:
+def _input_shapes(pipe, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """--shape for the inputs read before the reduce or scan; the reduced shape for those that join after."""
+    from .lower.bind import combine_stage, input_stages, iteration_axes, out_shape
+    at, stage = combine_stage(pipe.ir)
+    after = out_shape(torch.Size(shape), stage, iteration_axes(stage, len(shape)))
+    return [after if owner > at else shape for owner in input_stages(pipe.ir)]
+
+
+def _inputs(args, pipe, device: torch.device) -> list[torch.Tensor]:
+    count = pipe.num_inputs
     if args.input:
         if len(args.input) != count:
             raise UsageError(f"the pipeline takes {count} input(s) but --input names {len(args.input)} file(s)")
@@ -83,7 +92,8 @@ def _inputs(args, count: int, device: torch.device) -> list[torch.Tensor]:
     if any(n < 0 for n in args.shape):
         raise UsageError(f"--shape {' '.join(map(str, args.shape))}: sizes must be 0 or more")
     generator = torch.Generator().manual_seed(args.seed)
-    return [torch.randn(args.shape, generator=generator).to(DTYPES[args.dtype]).to(device) for _ in range(count)]
+    return [torch.randn(shape, generator=generator).to(DTYPES[args.dtype]).to(device)
+            for shape in _input_shapes(pipe, tuple(args.shape))]
 
 
 def _pipeline(args):
@@ -122,7 +132,7 @@ def _run(args) -> int:
     from .testing import count_launches, mismatches, reference
     pipe = _pipeline(args)
     device = _device(args)
-    inputs = _inputs(args, pipe.num_inputs, device)
+    inputs = _inputs(args, pipe, device)
     result = pipe(*inputs)  # first call: emit, load, compile
     with count_launches() as launches:
         result = pipe(*inputs)
@@ -145,14 +155,14 @@ def _run(args) -> int:
 
 def _emit(args) -> int:
     pipe = _pipeline(args)
-    inputs = _inputs(args, pipe.num_inputs, _device(args))
+    inputs = _inputs(args, pipe, _device(args))
     sys.stdout.write(pipe.source(*inputs))
     return 0
 
 
 def _explain(args) -> int:
     pipe = _pipeline(args)
-    inputs = _inputs(args, pipe.num_inputs, _device(args))
+    inputs = _inputs(args, pipe, _device(args))
     print(f"pipeline: {pipe}")
     print(pipe.explain(*inputs))
     return 0

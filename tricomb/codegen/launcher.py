@@ -128,6 +128,10 @@ def emit_launch(w: Writer, p: KernelPlan, kernel: str) -> None:
             w.line("return out", comment="nothing to compute: launch no empty grid")
         w.line(f"wide = _needs_int64(shape, [{', '.join(f'st_{s.name}' for s in p.slots)}])")
         w.line("interpret = not in0.is_cuda")
+        with w.block(f"if interpret and not isinstance({kernel}, InterpretedFunction):"):
+            w.line('raise RuntimeError("launch: CPU tensors run through Triton\'s interpreter, which was off when this "')
+            w.line('                   "module was imported; set TRITON_INTERPRET=1 before importing triton, or pass "')
+            w.line('                   "CUDA tensors")')
         _emit_schedule_and_call(w, p, kernel, groups)
         w.line("return out")
 

@@ -24,7 +24,7 @@ from .writer import Names, Writer
 _SCHEDULES = {"map": schedule.schedule_map, "reduce": schedule.schedule_reduce, "scan": schedule.schedule_scan}
 _RESERVED = {"torch", "triton", "tl", "launch", "kernel", "combine", "schedule_map", "schedule_reduce",
              "schedule_scan", "_tickets", "_num_sms", "_needs_int64", "_TICKETS", "_NUM_SMS", "libdevice",
-             "TC_COMPILED", "_check_inputs", "_check_layout"}
+             "TC_COMPILED", "_check_inputs", "_check_layout", "InterpretedFunction"}
 
 
 def _functions(p: KernelPlan):
@@ -61,7 +61,8 @@ def emit_module(p: KernelPlan) -> str:
     w.line("tensors, import this module with Triton's interpreter on (TRITON_INTERPRET=1 set before importing")
     w.line("triton).")
     w.line('"""')
-    w.lines(["import torch", "import triton", "import triton.language as tl"] + inlined.imports)
+    w.lines(["import torch", "import triton", "import triton.language as tl",
+             "from triton.runtime.interpreter import InterpretedFunction"] + inlined.imports)
     if inlined.constants:
         w.line()
         w.lines(inlined.constants)

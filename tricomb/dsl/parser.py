@@ -7,6 +7,7 @@ an unknown name raises :class:`UnknownNameError` with the closest known names.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 from pathlib import Path
@@ -77,6 +78,16 @@ def _syntax_error(text: str, exc: lark.exceptions.UnexpectedInput, source: str) 
     return ParseError(f"unexpected {found}{_expected(exc)}{hint}", _location(text, source, line, column))
 
 
+def _named(fn, name: str):
+    """``fn`` as a Function named by its ``env`` key, so ``str(pipe)`` prints the name the text used."""
+    from ..scalar.trace import to_function
+    try:
+        function = to_function(fn, role=f"env[{name!r}]")
+    except TricombError:
+        return fn  # the stage reports the problem, with its location
+    return dataclasses.replace(function, name=name) if function.name != name else function
+
+
 class _Build(lark.Transformer):
     """Parse tree -> Pipeline, resolving names as it goes."""
 
@@ -90,7 +101,7 @@ class _Build(lark.Transformer):
     def _resolve(self, token: lark.Token, operator: bool = False):
         name = str(token)
         if name in self.env:
-            return self.env[name]
+            return _named(self.env[name], name)
         if operator and name in _OPERATOR_ALIASES:
             name = _OPERATOR_ALIASES[name]
         if name in BUILTINS:
@@ -99,6 +110,10 @@ class _Build(lark.Transformer):
         close = difflib.get_close_matches(name, known, n=3)
         how = "--env FILE.py" if self.source == "<command line>" else "tc.parse(text, env={'name': fn})"
         hint = f"; did you mean {' or '.join(close)}?" if close else f"; pass your own functions with {how}"
+        if self.env:
+            hint += f" (names given: {', '.join(sorted(self.env))})"
+        if name in _SHORTHANDS:
+            hint = f"; {name} is a stage of its own (`| {name}`), or the operator {_OPERATOR_ALIASES.get(name, name)}"
         raise UnknownNameError(f"unknown name {name!r}{hint}", self._where(token))
 
     # values

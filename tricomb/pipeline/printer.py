@@ -29,7 +29,10 @@ def _expr(e: Expr, names: list[str]) -> str:
 
 
 def function_text(fn: Function) -> str:
-    """A builtin or user function by name; anything else as a lambda ``x -> exp(x) * 2``."""
+    """A function by its name (a builtin, a def, a @triton.jit function, or its ``env`` key in DSL text);
+    an anonymous lambda as ``(x -> exp(x) * 2)``."""
+    if fn.name and not fn.name.startswith("<"):
+        return fn.name
     out = fn.outputs[0] if len(fn.outputs) == 1 else None
     if isinstance(out, (Call, JitCall)) and out.args == tuple(Arg(i) for i in range(fn.arity)):
         return out.op if isinstance(out, Call) else out.fn.name

@@ -108,6 +108,20 @@ class _Copier:
         self.code.definitions.append("@triton.jit\n" + ast.unparse(node) + "\n")
         return name
 
+    def library(self, dotted: str, jit_fn) -> str:
+        """A module-level name for Triton's library function ``jit_fn``.
+
+        Those functions were decorated when triton was imported, so under an interpreter switched on later they
+        cannot be called from interpreted code; the module re-decorates the same Python function then.
+        """
+        key = (dotted, id(jit_fn))
+        if key not in self._constants:
+            name = self.fresh("tl_" + dotted.split(".")[-1])
+            self._constants[key] = name
+            self.code.constants.append(f"{name} = triton.jit({dotted}.fn) if triton.knobs.runtime.interpret "
+                                       f"else {dotted}  # Triton's own {dotted}")
+        return self._constants[key]
+
     def reference(self, py_fn, dotted: str, value) -> ast.expr | None:
         """The expression that replaces a reference to ``value``, or None to keep it as written."""
         from .trace import is_jit_function
@@ -164,7 +178,12 @@ class _Rewriter(ast.NodeTransformer):
         if chain is None or chain[0] in self.local:
             return self.generic_visit(node)
         found, base = _free_value(self.py_fn, chain[0])
-        if not found or not isinstance(base, types.ModuleType) or _is_triton_module(base):
+        if found and _is_triton_module(base):
+            library = _resolve_chain(base, chain[1:])
+            if library is not None and _is_library_jit(library):
+                return ast.copy_location(ast.Name(self.copier.library(".".join(chain), library), ast.Load()), node)
+            return self.generic_visit(node)
+        if not found or not isinstance(base, types.ModuleType):
             return self.generic_visit(node)
         value = base
         for part in chain[1:]:
@@ -173,6 +192,18 @@ class _Rewriter(ast.NodeTransformer):
                 break
         replacement = self.copier.reference(self.py_fn, ".".join(chain), value)
         return ast.copy_location(replacement, node) if replacement is not None else node
+
+
+def _resolve_chain(value, parts: list[str]):
+    for part in parts:
+        value = getattr(value, part, None)
+    return value
+
+
+def _is_library_jit(value) -> bool:
+    """A ``@triton.jit`` function of Triton's own library (``tl.sigmoid``, ``tl.sum``, ...)."""
+    from .trace import is_jit_function
+    return is_jit_function(value) and getattr(value.fn, "__module__", "").startswith("triton.language")
 
 
 def _dotted(node: ast.expr) -> list[str] | None:

@@ -148,9 +148,12 @@ def to_function(fn, *, role: str, location: Location | None = None) -> Function:
         raise TraceError(f"{role} is the pipeline {fn}, not a scalar function; operators are tc.add, "
                          "tc.mul, tc.maximum, tc.minimum (tc.sum, tc.max, ... are whole stages)", location)
     if getattr(fn, "__module__", "") in ("torch", "torch.nn.functional") or type(fn).__name__ == "builtin_function_or_method":
-        raise TraceError(f"{role} is {fn!r}, a torch or builtin function, not a scalar function; use tricomb's "
-                         f"builtins (tc.{getattr(fn, '__name__', 'exp')} where it exists) or a lambda over them",
-                         location)
+        name = getattr(fn, "__name__", "")
+        name = {"max": "maximum", "min": "minimum", "sum": "add", "prod": "mul", "amax": "maximum",
+                "amin": "minimum"}.get(name, name)
+        hint = f"use tc.{name}" if name in BUILTINS else "use tricomb's builtins (docs/builtins.md)"
+        raise TraceError(f"{role} is {fn!r}, a torch or Python function, not a scalar function; {hint}, or a "
+                         "lambda over tricomb's builtins", location)
     if callable(fn):
         return _trace(fn, role, location)
     raise TraceError(f"{role} must be a builtin (tc.exp), a Python function or lambda, or a @triton.jit function; "
