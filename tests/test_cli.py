@@ -67,3 +67,13 @@ def test_help_has_examples(capsys):
 def test_generated_inputs_joining_after_a_reduce_have_the_reduced_shape(capsys):
     assert main(["run", "sum(axis=1) | zip_with sub", "--shape", "30", "20"]) == 0
     assert "(30, 20) float32, (30,) float32" in capsys.readouterr().out
+
+
+def test_unreadable_files_and_impossible_shapes_exit_2(tmp_path, capsys):
+    (tmp_path / "bad.pt").write_bytes(b"not a tensor")
+    (tmp_path / "raise.py").write_text("raise ValueError('boom')\n")
+    assert main(["run", "map exp", "--input", str(tmp_path / "bad.pt")]) == 2
+    assert main(["run", "map exp", "--env", str(tmp_path / "raise.py")]) == 2
+    assert main(["run", "map exp", "--shape", "99999999999", "99999999999"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read it as a tensor" in err and "ValueError: boom" in err and "cannot make inputs" in err

@@ -141,3 +141,74 @@ def test_saved_module_on_cpu_without_the_interpreter_says_how(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"})
     assert "TRITON_INTERPRET=1" in done.stderr
+
+
+def test_bool_arithmetic_is_logical_like_torch(device):
+    x = torch.tensor([1.0, -1.0, -10.0], device=device)
+    either = tc.map(lambda a: (a > 0) + (a > -5))
+    _expect = (x > 0) + (x > -5)
+    assert torch.equal(either(x).cpu(), _expect.cpu())
+    assert (either >> tc.sum())(x).item() == int(_expect.sum())
+
+
+def test_zero_dim_ness_after_a_reduce_or_scan_follows_the_real_rank(device):
+    x = torch.full((1, 3), 0.1, device=device)
+    y = torch.tensor(0.1, dtype=torch.float64, device=device)
+    got = (tc.max(axis=1) >> tc.zip_with(tc.eq))(x, y)
+    assert torch.equal(got.cpu(), torch.eq(x.amax(1), y).cpu())
+    a, b = torch.tensor(1 / 3, device=device), torch.tensor(1e-10, dtype=torch.float64, device=device)
+    torch.testing.assert_close((tc.cumsum() >> tc.zip_with(tc.add))(a, b), torch.cumsum(a, 0) + b)
+
+
+def test_negative_zero_survives(device):
+    x = torch.tensor([0.0, 2.0], device=device)
+    torch.testing.assert_close(tc.map(lambda a: 1 / -a)(x), 1 / -x)
+    torch.testing.assert_close(tc.map(lambda a: 1 / tc.where(a > 0, -0.0, 1.0))(x),
+                               1 / torch.where(x > 0, -0.0, 1.0))
+
+
+def test_lazy_negation_views_are_refused():
+    v = torch.randn(4, dtype=torch.complex64).conj().imag
+    with pytest.raises(tc.DTypeError, match="resolve_neg"):
+        tc.sum()(v)
+
+
+def test_default_dtype_is_part_of_the_key():
+    pipe = tc.map(lambda a: (a > 0) * 0.1)
+    x = torch.randn(4)
+    assert pipe(x).dtype == torch.float32
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert pipe(x).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(old)
+
+
+def test_constant_output_takes_every_input_dtype_into_account(device):
+    a, b = torch.ones(3, device=device), torch.ones(3, dtype=torch.float64, device=device)
+    got = tc.zip_with(lambda p, q: 0.1)(a, b)
+    assert got.dtype == torch.float64 and got[0].item() == 0.1
+
+
+def test_running_max_of_bools(device):
+    x = torch.tensor([-1.0, 2.0, -3.0], device=device)
+    got = (tc.map(lambda a: a > 0) >> tc.cummax())(x)
+    assert torch.equal(got.cpu(), torch.cummax(x > 0, 0).values.cpu())
+
+
+def test_out_that_requires_grad_is_refused():
+    with pytest.raises(tc.DTypeError, match="requires grad"):
+        tc.map(tc.exp)(torch.ones(3), out=torch.empty(3, requires_grad=True))
+
+
+def test_env_keys_must_be_names():
+    with pytest.raises(tc.TricombError, match="env keys must be names"):
+        tc.parse("map f", env={1: tc.exp})
+
+
+def test_env_function_returning_a_list_points_at_the_function():
+    bad = lambda v: [v]  # noqa: E731 - returns-a-list-here
+    with pytest.raises(tc.TraceError, match="returned something else") as info:
+        tc.parse("map bad", env={"bad": bad})
+    assert info.value.location.file == __file__

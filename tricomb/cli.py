@@ -64,9 +64,18 @@ def _load(path: str) -> torch.Tensor:
     file = Path(path)
     if not file.is_file():
         raise UsageError(f"--input {path}: no such file")
+    try:
+        return _read(file, path)
+    except UsageError:
+        raise
+    except Exception as exc:  # a file numpy or torch cannot read: corrupt, pickled objects, byte order, ...
+        raise UsageError(f"--input {path}: cannot read it as a tensor ({type(exc).__name__}: {exc})") from None
+
+
+def _read(file: Path, path: str) -> torch.Tensor:
     if file.suffix == ".npy":
         import numpy as np
-        return torch.from_numpy(np.load(file))
+        return torch.from_numpy(np.load(file, allow_pickle=False))
     if file.suffix == ".pt":
         value = torch.load(file, map_location="cpu", weights_only=True)
         if not isinstance(value, torch.Tensor):
@@ -92,8 +101,11 @@ def _inputs(args, pipe, device: torch.device) -> list[torch.Tensor]:
     if any(n < 0 for n in args.shape):
         raise UsageError(f"--shape {' '.join(map(str, args.shape))}: sizes must be 0 or more")
     generator = torch.Generator().manual_seed(args.seed)
-    return [torch.randn(shape, generator=generator).to(DTYPES[args.dtype]).to(device)
-            for shape in _input_shapes(pipe, tuple(args.shape))]
+    try:
+        return [torch.randn(shape, generator=generator).to(DTYPES[args.dtype]).to(device)
+                for shape in _input_shapes(pipe, tuple(args.shape))]
+    except (RuntimeError, MemoryError) as exc:
+        raise UsageError(f"--shape {' '.join(map(str, args.shape))}: cannot make inputs of that shape ({exc})")
 
 
 def _pipeline(args):
@@ -102,7 +114,11 @@ def _pipeline(args):
     if args.env:
         if not Path(args.env).is_file():
             raise UsageError(f"--env {args.env}: no such file")
-        env = {k: v for k, v in runpy.run_path(args.env, run_name="tricomb_env").items() if not k.startswith("__")}
+        try:
+            namespace = runpy.run_path(args.env, run_name="tricomb_env")
+        except Exception as exc:  # the user's file failed: say where, not a traceback of tricomb
+            raise UsageError(f"--env {args.env}: running it raised {type(exc).__name__}: {exc}") from None
+        env = {k: v for k, v in namespace.items() if not k.startswith("__")}
     return tc.parse(args.pipeline, env=env, source="<command line>")
 
 

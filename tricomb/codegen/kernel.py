@@ -178,8 +178,9 @@ def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, var: str, addre
     """Stages after the reduce/scan, with the inputs that join there loaded at ``address``."""
     after = [s for s in p.inputs if s.after]
     values = emit_loads(w, p, after, address, mask)
-    zero_dim = p.kind == "reduce" and not p.kept and not (p.combine.keepdim and p.binding.rank)
-    stream = Value(var, p.combined_dtype, zero_dim)
+    b = p.binding
+    rank = b.rank - len(b.axes) if p.kind == "reduce" and not p.combine.keepdim else b.rank
+    stream = Value(var, p.combined_dtype, rank == 0)
     return emit_stages(w, ctx, p, p.after, len(p.before) + 1, stream, values, shape)
 
 
@@ -244,7 +245,8 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
         w.line(f"tile = tl.where(mask, {value.text}.to({acc}), {ident})")
         w.line(f"scanned = {combine}(carry[:, None], {tile_scan(p, 'tile', 1, combine)})")
-        w.line("carry = tc_last(scanned, BLOCK_K)", comment="masked lanes hold the identity: the row's prefix so far")
+        w.line(f"carry = tc_last(scanned, BLOCK_K).to({acc})",
+               comment="masked lanes hold the identity: the row's prefix so far")
         ctx.use_helpers(["tc_last"])
         address = _tile_address(rows, ks, p.slots)
         value = _after_combine(w, ctx, p, "scanned", address, "mask", "[BLOCK_M, BLOCK_K]")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import DTypeError
+from ..pipeline.evaluate import constant_dtype
 from ..scalar.builtins import OPS
 from ..scalar.dtypes import compute_dtype
 from ..scalar.ir import Call, Function, JitCall, fold
@@ -88,6 +89,9 @@ def _operand(value, target: torch.dtype, fill_shape: str | None) -> str:
     if not isinstance(value, Value):
         literal = render_const(float(value) if target.is_floating_point and not isinstance(value, bool)
                                else value)
+        if target.is_floating_point and value == 0 and math.copysign(1.0, value) < 0:
+            # -0.0: Triton makes zero constants +0.0, so negate a tile of +0.0 instead
+            return f"(tl.full({fill_shape or '[1]'}, 0.0, {tl_dtype(target)}) * -1.0)"
         return f"tl.full({fill_shape}, {literal}, {tl_dtype(target)})" if fill_shape else literal
     if compute_dtype(value.dtype) == target:
         return value.text
@@ -103,6 +107,9 @@ def _targets(expr: Call | JitCall, operands: list, result: torch.dtype) -> list[
         return [compute_dtype(common)] * len(operands)
     if isinstance(expr, Call) and expr.op == "where":
         return [torch.bool] + [compute_dtype(result)] * 2
+    if result == torch.bool:
+        # bool arithmetic (True + True is True in torch) is done in int32, then converted back: != 0
+        return [torch.int32] * len(operands)
     return [compute_dtype(result)] * len(operands)
 
 
@@ -116,7 +123,7 @@ def emit_function(w: Writer, ctx: ScalarContext, fn: Function, args: list[Value]
     results = []
     for v in outputs:
         if not isinstance(v, Value):
-            dtype = torch.result_type(args[0].meta(), v) if args else torch.tensor(v).dtype
+            dtype = constant_dtype(v, [a.dtype for a in args], all(a.zero_dim for a in args))
             v = Value(f"tl.full({fill_shape}, {_operand(v, compute_dtype(dtype), None)}, "
                       f"{tl_dtype(compute_dtype(dtype))})", dtype, False)
         results.append(v)
@@ -137,8 +144,11 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
     texts = [o.text if isinstance(o, Value) and t is None else
              _operand(o, t, fill_shape if helper_call or no_tensor else None)
              for o, t in zip(operands, _targets(expr, operands, dtype))]
+    if isinstance(expr, Call) and expr.op == "pow" and not dtype.is_floating_point:
+        raise DTypeError(f"pow of integers is not supported yet in function {fn.name!r}; make one operand a "
+                         "float (x * 1.0)", fn.location)
     result = ctx.names.fresh("t")
-    rendered = _render(ctx, expr, texts)
+    rendered = _render(ctx, expr, texts, dtype)
     if not dtype.is_floating_point:
         rendered = f"({rendered}).to({tl_dtype(compute_dtype(dtype))})"
     w.line(f"{result} = {rendered}")
@@ -146,9 +156,11 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
     return Value(result, dtype, zero_dim)
 
 
-def _render(ctx: ScalarContext, expr: Call | JitCall, operands: list[str]) -> str:
+def _render(ctx: ScalarContext, expr: Call | JitCall, operands: list[str], dtype: torch.dtype) -> str:
     if isinstance(expr, JitCall):
         return f"{ctx.jit_names[id(expr.fn.fn.fn)]}({', '.join(operands)})"
     spec = OPS[expr.op]
+    if spec.integer is not None and not dtype.is_floating_point:
+        return spec.integer.format(*operands)
     ctx.use_helpers(spec.helpers)
     return spec.triton.format(*operands)

@@ -78,11 +78,11 @@ def _syntax_error(text: str, exc: lark.exceptions.UnexpectedInput, source: str) 
     return ParseError(f"unexpected {found}{_expected(exc)}{hint}", _location(text, source, line, column))
 
 
-def _named(fn, name: str):
+def _named(fn, name: str, where: Location):
     """``fn`` as a Function named by its ``env`` key, so ``str(pipe)`` prints the name the text used."""
     from ..scalar.trace import to_function
     try:
-        function = to_function(fn, role=f"env[{name!r}]")
+        function = to_function(fn, role=f"env[{name!r}]", location=where)
     except TricombError:
         return fn  # the stage reports the problem, with its location
     return dataclasses.replace(function, name=name) if function.name != name else function
@@ -101,7 +101,7 @@ class _Build(lark.Transformer):
     def _resolve(self, token: lark.Token, operator: bool = False):
         name = str(token)
         if name in self.env:
-            return _named(self.env[name], name)
+            return _named(self.env[name], name, self._where(token))
         if operator and name in _OPERATOR_ALIASES:
             name = _OPERATOR_ALIASES[name]
         if name in BUILTINS:
@@ -187,6 +187,9 @@ def parse(text: str, env: dict | None = None, *, source: str = "<pipeline>"):
     """
     if not isinstance(text, str):
         raise TricombError(f"tc.parse takes DSL text (a str), got {type(text).__name__}")
+    bad = [k for k in (env or {}) if not isinstance(k, str)]
+    if bad:
+        raise TricombError(f"env keys must be names (str); got {bad!r}")
     try:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as exc:

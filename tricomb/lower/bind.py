@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import AxisError, DeviceError, DTypeError, ShapeError, TricombError
+from ..errors import ArityError, AxisError, DeviceError, DTypeError, ShapeError, TricombError
 from ..pipeline.evaluate import evaluate
 from ..pipeline.ir import PipelineIR, Reduce, Scan, ZipWith
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
+                    torch.int32, torch.int64, torch.uint8, torch.bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,7 @@ class Binding:
     axes: tuple[int, ...]  # reduced or scanned dimensions of the iteration space
     groups: tuple[Group, ...]
     out_dtype: torch.dtype
+    default_dtype: torch.dtype  # torch.get_default_dtype(): the dtype of Python floats meeting integers
 
 
 def combine_stage(pipeline: PipelineIR) -> tuple[int, Reduce | Scan | None]:
@@ -64,12 +66,15 @@ def input_stages(pipeline: PipelineIR) -> list[int]:
 def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
     expected = pipeline.num_inputs
     if len(tensors) != expected:
-        raise TricombError(f"the pipeline takes {expected} input tensor(s) but was called with {len(tensors)}; "
+        raise ArityError(f"the pipeline takes {expected} input tensor(s) but was called with {len(tensors)}; "
                            "pass one tensor per input (zip_with adds inputs)")
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
-            raise TricombError(f"input {i} is a {type(t).__name__}, not a torch.Tensor; wrap it with "
-                               "torch.as_tensor(...)")
+            raise DTypeError(f"input {i} is a {type(t).__name__}, not a torch.Tensor; wrap it with "
+                             "torch.as_tensor(...)")
+        if t.layout != torch.strided or t.is_neg() or t.is_conj():
+            raise DTypeError(f"input {i} is a {t.layout} tensor{' with a lazy negation or conjugation' if t.layout == torch.strided else ''}; "
+                             "pass a plain dense tensor (.to_dense(), .resolve_neg(), .resolve_conj())")
         if t.dtype not in SUPPORTED_DTYPES:
             names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
             raise DTypeError(f"input {i} has dtype {str(t.dtype).replace('torch.', '')}; this version handles "
@@ -164,8 +169,10 @@ def coalesce(shape: tuple[int, ...], axes: tuple[int, ...], strides: list[tuple[
 
 
 @functools.lru_cache(maxsize=4096)
-def result_dtype(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], torch.dtype], ...]) -> torch.dtype:
-    """torch's result dtype for ``pipeline`` on inputs of these shapes and dtypes (evaluated on meta tensors)."""
+def result_dtype(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], torch.dtype], ...],
+                 default: torch.dtype) -> torch.dtype:
+    """torch's result dtype for ``pipeline`` on inputs of these shapes and dtypes (evaluated on meta tensors);
+    ``default`` is torch's default dtype, which decides the dtype of Python floats meeting integers."""
     return evaluate(pipeline, [torch.empty(shape, dtype=dtype, device="meta") for shape, dtype in inputs],
                     explain_errors=True).dtype
 
@@ -190,14 +197,14 @@ def bind(pipeline: PipelineIR, tensors: tuple, out: torch.Tensor | None = None) 
             raise ShapeError(f"an input of shape {tuple(t.shape)} joins a stream of shape {reduced} after the "
                              "reduce/scan and would grow it; inputs added there must broadcast to the stream's "
                              "shape", pipeline.stages[owner].location)
-    dtype = result_dtype(pipeline, tuple((tuple(t.shape), t.dtype) for t in tensors))
+    dtype = result_dtype(pipeline, tuple((tuple(t.shape), t.dtype) for t in tensors), torch.get_default_dtype())
     if out is not None:
         check_out(out, reduced, dtype, tensors)
     strides = [iteration_strides(t, shape, a, stage, axes) for t, a in zip(tensors, after)]
     out_like = out if out is not None else torch.empty(reduced, dtype=dtype, device="meta")
     strides.append(iteration_strides(out_like, shape, True, stage, axes))
     binding = Binding(tensors[0].device.type, tuple(t.dtype for t in tensors), tuple(t.dim() for t in tensors),
-                      after, len(shape), axes, coalesce(shape, axes, strides), dtype)
+                      after, len(shape), axes, coalesce(shape, axes, strides), dtype, torch.get_default_dtype())
     return binding, reduced
 
 
@@ -211,6 +218,9 @@ def check_out(out, shape: tuple[int, ...], dtype: torch.dtype, tensors: tuple) -
     if out.dtype != dtype:
         raise DTypeError(f"out= has dtype {out.dtype} but the result's dtype is {dtype}; allocate it with "
                          f"dtype={dtype}")
+    if out.requires_grad and torch.is_grad_enabled():
+        raise DTypeError("out= requires grad; tricomb writes it without recording autograd. Pass a tensor that "
+                         "does not require grad")
     if out.device != tensors[0].device:
         raise DeviceError(f"out= is on {out.device} but the inputs are on {tensors[0].device}; allocate it there")
     if out.numel() and any(t.numel() and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()

@@ -23,15 +23,24 @@ def _identity(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def constant_dtype(value, dtypes: list[torch.dtype], zero_dim: bool) -> torch.dtype:
+    """torch's dtype for a Python constant returned by a function of tensors of ``dtypes``."""
+    if not dtypes:
+        return torch.tensor(value).dtype
+    promoted = dtypes[0]
+    for d in dtypes[1:]:
+        promoted = torch.promote_types(promoted, d)
+    return torch.result_type(torch.empty(() if zero_dim else (1,), dtype=promoted, device="meta"), value)
+
+
 def _as_tensor(value, like: list) -> torch.Tensor:
-    tensors = [t for t in like if isinstance(t, torch.Tensor)]
     if isinstance(value, torch.Tensor):
         return value
+    tensors = [t for t in like if isinstance(t, torch.Tensor)]
     if not tensors:
         return torch.tensor(value)
     shape = torch.broadcast_shapes(*(t.shape for t in tensors))
-    dtype = torch.result_type(tensors[0], value) if len(tensors) == 1 else torch.result_type(
-        torch.empty((), dtype=torch.promote_types(*(t.dtype for t in tensors[:2]))), value)
+    dtype = constant_dtype(value, [t.dtype for t in tensors], len(shape) == 0)
     return torch.full(shape, value, dtype=dtype, device=tensors[0].device)
 
 

@@ -57,6 +57,7 @@ class OpSpec:
     scan_ref: Callable | None = None
     tile_reduce: str | None = None
     tile_scan: str | None = None
+    integer: str | None = None  # rendering for integer operands, where it differs (floor of an int is itself)
 
 
 def _prod_over(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
@@ -177,16 +178,16 @@ def tc_last(x, N: tl.constexpr):
     "tc_max_over": ('''
 @triton.jit
 def tc_max_over(x, AXIS: tl.constexpr):
-    # NaN-propagating max along AXIS, as torch.amax (Triton's max drops NaN)
-    has_nan = tl.reduce((x != x).to(tl.int8), AXIS, tl.standard._elementwise_max) > 0
-    return tl.where(has_nan, float("nan"), tl.reduce(x, AXIS, tl.standard._elementwise_max))
+    # NaN-propagating max along AXIS, as torch.amax (Triton's max drops NaN): NaN if any is NaN; any dtype
+    nan = tl.reduce(tl.where(x != x, x, 0), AXIS, tl.standard._sum_combine)  # NaN or 0
+    return (tl.reduce(x, AXIS, tl.standard._elementwise_max) + nan * 0).to(x.dtype)
 ''', ()),
     "tc_min_over": ('''
 @triton.jit
 def tc_min_over(x, AXIS: tl.constexpr):
-    # NaN-propagating min along AXIS, as torch.amin (Triton's min drops NaN)
-    has_nan = tl.reduce((x != x).to(tl.int8), AXIS, tl.standard._elementwise_max) > 0
-    return tl.where(has_nan, float("nan"), tl.reduce(x, AXIS, tl.standard._elementwise_min))
+    # NaN-propagating min along AXIS, as torch.amin (Triton's min drops NaN): NaN if any is NaN; any dtype
+    nan = tl.reduce(tl.where(x != x, x, 0), AXIS, tl.standard._sum_combine)  # NaN or 0
+    return (tl.reduce(x, AXIS, tl.standard._elementwise_min) + nan * 0).to(x.dtype)
 ''', ()),
 }
 
@@ -203,7 +204,8 @@ _SQRT_HALF = 1.0 / math.sqrt(2.0)
 
 _TABLE: list[OpSpec] = [
     _unary("abs", torch.abs, "tl.abs({0})", "absolute value"),
-    _unary("neg", torch.neg, "-{0}", "negation"),
+    OpSpec("neg", 1, torch.neg, "({0} * -1.0)", "negation (of 0.0 too: -0.0, unlike Triton's unary minus)",
+           integer="(-{0})"),
     _unary("exp", torch.exp, "tl.exp({0})", "e ** x"),
     _unary("exp2", torch.exp2, "tl.exp2({0})", "2 ** x"),
     _unary("expm1", torch.expm1, "tc_expm1({0})", "exp(x) - 1, accurate near 0", ("tc_expm1",)),
@@ -227,8 +229,8 @@ _TABLE: list[OpSpec] = [
            "gelu, tanh approximation", ("tc_gelu_tanh",)),
     _unary("silu", F.silu, "{0} / (1.0 + tl.exp(-{0}))", "x * sigmoid(x)"),
     _unary("erf", torch.erf, "tl.erf({0})", "error function"),
-    _unary("floor", torch.floor, "tl.floor({0})", "round toward -inf"),
-    _unary("ceil", torch.ceil, "tl.ceil({0})", "round toward +inf"),
+    OpSpec("floor", 1, torch.floor, "tl.floor({0})", "round toward -inf", integer="{0}"),
+    OpSpec("ceil", 1, torch.ceil, "tl.ceil({0})", "round toward +inf", integer="{0}"),
     _unary("sign", torch.sign, "tl.where({0} > 0.0, 1.0, tl.where({0} < 0.0, -1.0, 0.0))",
            "-1, 0 or 1 (0 for NaN, as torch on the CPU)"),
     _binary("add", torch.add, "{0} + {1}", "a + b", associative=True, commutative=True, identity=0.0,

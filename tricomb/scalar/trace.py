@@ -193,7 +193,11 @@ def _trace(fn, role: str, location: Location | None) -> Function:
     results = result if isinstance(result, tuple) else (result,)
     if not results:
         raise TraceError(f"{role} {name!r} returned an empty tuple; return at least one value", where)
-    return Function(arity, tuple(_to_expr(r) for r in results), name, where)
+    try:
+        outputs = tuple(_to_expr(r) for r in results)
+    except TraceError as exc:
+        raise TraceError(f"{role} {name!r} returned something else: {exc.message}", where) from None
+    return Function(arity, outputs, name, where)
 
 
 def _from_jit(fn, role: str, location: Location | None) -> Function:

@@ -34,12 +34,17 @@ def _ir(pipe) -> PipelineIR:
     return pipe.ir if hasattr(pipe, "ir") else pipe
 
 
+def _magnitude(t: torch.Tensor) -> torch.Tensor:
+    """|t| in float64, with NaN and infinities as 0 (they are compared exactly, not by tolerance)."""
+    return t.to(torch.float64).abs().nan_to_num(0.0, 0.0, 0.0)
+
+
 def _combine_scale(stage, value: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """The error scale after a reduce/scan: sums add magnitudes; max/min pass the chosen element's scale on;
     products carry a relative error, so their scale is the result's own magnitude."""
     name = operator_spec(stage.op).name
     if name == "mul":
-        return value.abs()
+        return _magnitude(value)
     if name != "add":
         op = to_function(BUILTINS["maximum"], role="scale")
         stage = Reduce(op, stage.axis, stage.keepdim) if isinstance(stage, Reduce) else Scan(op, stage.axis)
@@ -64,7 +69,8 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference:
     def rounded(t: torch.Tensor) -> torch.Tensor:
         return t.to(compute).to(torch.float64) if t.is_floating_point() else t
 
-    pending = [t.detach().cpu().to(torch.float64) for t in inputs]
+    # floats are evaluated in float64; integers and bools in their own dtype, exactly as torch computes them
+    pending = [t.detach().cpu().to(torch.float64) if t.is_floating_point() else t.detach().cpu() for t in inputs]
     value = scale = None
     length = 1
     for i, stage in enumerate(ir.stages):
@@ -72,30 +78,28 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference:
             if i == 0:
                 take = 1 if isinstance(stage, Map) else stage.fn.arity
                 args, pending = pending[:take], pending[take:]
-                scales = [a.abs() for a in args]
+                scales = [_magnitude(a) for a in args]
             else:
                 take = stage.fn.arity - 1
                 args, pending = [value] + pending[:take], pending[take:]
-                scales = [scale] + [a.abs() for a in args[1:]]
+                scales = [scale] + [_magnitude(a) for a in args[1:]]
             steps: list[torch.Tensor] = []
 
             def record(t: torch.Tensor) -> torch.Tensor:
                 t = rounded(t)
-                steps.append(t.to(torch.float64).abs())
+                steps.append(_magnitude(t))
                 return t
 
             value = evaluate_function(stage.fn, args, record)[0]
             value = value.to(torch.float64) if value.is_floating_point() else value
             shape = value.shape
-            scale = torch.stack([s.to(torch.float64).expand(shape) for s in scales + steps + [value.to(torch.float64).abs()]]) \
-                .nan_to_num(0.0, 0.0, 0.0).amax(0)
+            scale = torch.stack([s.expand(shape) for s in scales + steps + [_magnitude(value)]]).amax(0)
             continue
         if i == 0:
             value, pending = pending[0], pending[1:]
-            scale = value.abs().nan_to_num(0.0, 0.0, 0.0)
+            scale = _magnitude(value)
         before = value
         value = rounded(reduce_tensor(stage, value) if isinstance(stage, Reduce) else scan_tensor(stage, value))
-        scale = torch.maximum(_combine_scale(stage, value, scale).nan_to_num(0.0, 0.0, 0.0),
-                              value.abs().nan_to_num(0.0, 0.0, 0.0))
+        scale = torch.maximum(_magnitude(_combine_scale(stage, value, scale)), _magnitude(value))
         length = max(1, _length(stage, before, value))
     return Reference(value, scale, meta.dtype, length)

@@ -1,0 +1,98 @@
+"""Faults other libraries shipped (../shared/CASES.md), as tests holding torch's value, dtype and shape.
+
+Cases that need features of later versions (argmax, any/all, tuple outputs, dtype=, user operators) are not
+here yet; C18 needs more than 2**31 elements and runs on the GPU only.
+"""
+import math
+
+import pytest
+import torch
+
+import tricomb as tc
+
+nan, inf = math.nan, math.inf
+
+
+def _same(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+    torch.testing.assert_close(got.cpu(), want.cpu(), equal_nan=True, rtol=0, atol=0)
+
+
+def test_c01_nan_in_max_and_min(device):
+    x = torch.tensor([1.0, nan, 3.0], device=device)
+    twice = tc.map(lambda v: v * 2)
+    _same((twice >> tc.max())(x), torch.tensor(nan))
+    _same((twice >> tc.min())(x), torch.tensor(nan))
+    rows = torch.tensor([[1.0, nan], [3.0, 4.0]], device=device)
+    _same(tc.max(axis=1)(rows), torch.tensor([nan, 4.0]))
+
+
+def test_c06_empty_reductions(device):
+    _same(tc.sum()(torch.empty(0, device=device)), torch.tensor(0.0))
+    _same(tc.sum()(torch.empty(1, 0, dtype=torch.bool, device=device)), torch.tensor(0))
+    _same(tc.sum(axis=0)(torch.empty(0, 3, device=device)), torch.zeros(3))
+    _same(tc.prod()(torch.empty(0, device=device)), torch.tensor(1.0))
+    with pytest.raises(tc.StageError, match="zero-size"):
+        tc.max()(torch.empty(0, device=device))
+
+
+def test_c07_empty_scans_launch_nothing(device):
+    from tricomb.testing import count_launches
+    ints = torch.empty(0, dtype=torch.int32, device=device)
+    rows = torch.empty(0, 4, device=device)
+    with count_launches() as launches:
+        _same(tc.cumsum()(ints), torch.empty(0, dtype=torch.int64))
+        _same(tc.cumsum(axis=1)(rows), torch.empty(0, 4))
+    assert launches.triton == 0
+
+
+def test_c08_mean_of_nothing_is_nan(device):
+    _same(tc.mean()(torch.empty(0, device=device)), torch.tensor(nan))
+
+
+def test_c09_bool_and_int_scans_promote_to_int64(device):
+    ones = torch.ones(2, 4, dtype=torch.int64, device=device)
+    got = (tc.map(lambda v: v != 0) >> tc.scan(tc.add, axis=1))(ones)
+    _same(got, torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4]]))
+    last = tc.cumsum()(torch.ones(200, dtype=torch.int8, device=device))[-1]
+    _same(last, torch.tensor(200))
+
+
+def test_c10_half_precision_accumulates_in_float32(device):
+    f16 = torch.tensor([2048.0] + [1.0] * 2048, dtype=torch.float16, device=device)
+    _same(tc.sum()(f16), torch.tensor(4096.0, dtype=torch.float16))
+    bf16 = torch.tensor([256.0] + [1.0] * 256, dtype=torch.bfloat16, device=device)
+    _same(tc.sum()(bf16), torch.tensor(512.0, dtype=torch.bfloat16))
+    _same(tc.mean()(f16), torch.tensor(1.9990234, dtype=torch.float16))
+    _same(tc.sum()(torch.ones(65536, dtype=torch.float16, device=device)), torch.tensor(inf, dtype=torch.float16))
+
+
+def test_c14_non_power_of_two_sizes(device):
+    _same(tc.sum(axis=1)(torch.ones(257, 257, device=device)), torch.full((257,), 257.0))
+    _same(tc.sum(axis=0)(torch.ones(33, 64, device=device)), torch.full((64,), 33.0))
+    x = torch.arange(196611, dtype=torch.float64, device=device).reshape(65537, 3)
+    _same(tc.sum(axis=0)(x), torch.tensor([6442549248.0, 6442614785.0, 6442680322.0], dtype=torch.float64))
+
+
+def test_c15_broadcast_operand_into_a_long_scan(device):
+    x = torch.ones(1, 129, 2, device=device)
+    b = torch.tensor([0.0, 1.0], device=device)
+    out = (tc.zip_with(tc.add) >> tc.cumsum(axis=1))(x, b)
+    assert out.shape == (1, 129, 2)
+    _same(out[0, 0], torch.tensor([1.0, 2.0]))
+    _same(out[0, 127], torch.tensor([128.0, 256.0]))
+    _same(out[0, 128], torch.tensor([129.0, 258.0]))
+
+
+def test_c16_stride_zero_operands(device):
+    x = torch.ones(2, 3, 4, device=device)
+    r = torch.arange(1.0, 7.0, device=device).reshape(2, 3, 1).expand(2, 3, 4)
+    w = torch.tensor([1.0, 2.0, 3.0, 4.0], device=device)
+    product = tc.zip_with(lambda a, b, c: a * b * c)
+    _same(product(x, r, w)[1, 2], torch.tensor([6.0, 12.0, 18.0, 24.0]))
+    _same((product >> tc.sum())(x, r, w), torch.tensor(210.0))
+
+
+def test_c20_empty_axis_list_means_all_axes(device):
+    _same(tc.sum(axis=())(torch.tensor([1, 2, 3, 4], device=device)), torch.tensor(10))
+    _same(tc.parse("sum(axis=())")(torch.tensor([1, 2, 3, 4], device=device)), torch.tensor(10))
