@@ -96,3 +96,17 @@ def test_c16_stride_zero_operands(device):
 def test_c20_empty_axis_list_means_all_axes(device):
     _same(tc.sum(axis=())(torch.tensor([1, 2, 3, 4], device=device)), torch.tensor(10))
     _same(tc.parse("sum(axis=())")(torch.tensor([1, 2, 3, 4], device=device)), torch.tensor(10))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device with about 5 GB free")
+def test_c18_offsets_past_2_to_the_31():
+    n = 2**31 + 1024
+    x = torch.zeros(n, dtype=torch.int8, device="cuda")
+    x[2**31] = 3
+    x[-1] = 7
+    out = tc.map(lambda v: v + 1)(x)
+    assert out.dtype == torch.int8 and out.shape == (n,)
+    assert (out[2**31 - 1].item(), out[2**31].item(), out[-1].item()) == (1, 4, 8)
+    total = tc.sum()(x)
+    assert total.dtype == torch.int64 and total.item() == 10
