@@ -129,8 +129,11 @@ def test_library_jit_functions_work_inside_user_functions(device):
     def silu(x):
         return x * tl.sigmoid(x)
 
+    core_program_id, tensor_to = tl.core.program_id, tl.core.tensor.to
     x = torch.randn(64, device=device)
     torch.testing.assert_close(tc.map(silu)(x), torch.nn.functional.silu(x))
+    # the interpreter's patches of triton.language are undone: later compiled kernels see the real Triton
+    assert tl.core.program_id is core_program_id and tl.core.tensor.to is tensor_to
 
 
 def test_saved_module_on_cpu_without_the_interpreter_says_how(tmp_path):

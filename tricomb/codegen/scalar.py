@@ -90,8 +90,9 @@ def _operand(value, target: torch.dtype, fill_shape: str | None) -> str:
         literal = render_const(float(value) if target.is_floating_point and not isinstance(value, bool)
                                else value)
         if target.is_floating_point and value == 0 and math.copysign(1.0, value) < 0:
-            # -0.0: Triton makes zero constants +0.0, so negate a tile of +0.0 instead
-            return f"(tl.full({fill_shape or '[1]'}, 0.0, {tl_dtype(target)}) * -1.0)"
+            # -0.0: Triton's constants and constant folding lose the sign of zero, so build its bits
+            bits, ints = (-2**63, "tl.int64") if target == torch.float64 else (-2**31, "tl.int32")
+            return f"tl.full({fill_shape or '[1]'}, {bits}, {ints}).to({tl_dtype(target)}, bitcast=True)"
         return f"tl.full({fill_shape}, {literal}, {tl_dtype(target)})" if fill_shape else literal
     if compute_dtype(value.dtype) == target:
         return value.text

@@ -118,6 +118,13 @@ class _Copier:
         if key not in self._constants:
             name = self.fresh("tl_" + dotted.split(".")[-1])
             self._constants[key] = name
+            if not self._constants.get("core"):
+                # Interpreting a library function patches triton.language.core without undoing it; with the
+                # module visible here, the interpreter patches it per launch and restores it afterwards.
+                self._constants["core"] = "tl_core"
+                self.code.constants.append("# Interpreting Triton's own functions patches triton.language.core; seen from this\n"
+                                           "# module, the interpreter also restores it after each launch.\n"
+                                           "tl_core = tl.core")
             self.code.constants.append(f"{name} = triton.jit({dotted}.fn) if triton.knobs.runtime.interpret "
                                        f"else {dotted}  # Triton's own {dotted}")
         return self._constants[key]
