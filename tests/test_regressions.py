@@ -222,3 +222,10 @@ def test_env_function_returning_a_list_points_at_the_function():
     with pytest.raises(tc.TraceError, match="returned something else") as info:
         tc.parse("map bad", env={"bad": bad})
     assert info.value.location.file == __file__
+
+
+@pytest.mark.parametrize("fn", [lambda a: tc.abs(a > 0), lambda a: tc.softplus(tc.where(a > 0, 1, 0)),
+                                lambda a: tc.relu(a > 0)])
+def test_ops_torch_refuses_for_a_dtype_are_refused_before_launch(fn):
+    with pytest.raises(tc.DTypeError, match="torch says"):
+        tc.map(fn)(torch.randn(4))

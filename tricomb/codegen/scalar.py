@@ -47,6 +47,11 @@ class Value:
     def meta(self) -> torch.Tensor:
         return torch.empty(() if self.zero_dim else (1,), dtype=self.dtype, device="meta")
 
+    def sample(self) -> torch.Tensor:
+        """A one-element CPU tensor like this value: torch's CPU kernels refuse the dtypes an op does not
+        support (``abs`` of bool, ``softplus`` of int), which meta tensors let through."""
+        return torch.ones(() if self.zero_dim else (1,), dtype=self.dtype)
+
 
 def render_const(value) -> str:
     """A Python number as Triton source (``inf`` and ``nan`` as ``float(...)``)."""
@@ -78,9 +83,11 @@ def _torch_dtype(expr: Call | JitCall, operands: list) -> torch.dtype:
     if isinstance(expr, JitCall):
         tensors = [m if isinstance(m, torch.Tensor) else torch.tensor(m) for m in metas]
         return torch.result_type(*tensors) if len(tensors) > 1 else tensors[0].dtype
-    if not any(isinstance(m, torch.Tensor) for m in metas):
-        metas[0] = torch.tensor(metas[0])
-    return OPS[expr.op].torch(*metas).dtype
+    exact = any(isinstance(o, Value) and not o.dtype.is_floating_point for o in operands)
+    samples = [(o.sample() if exact else o.meta()) if isinstance(o, Value) else o for o in operands]
+    if not any(isinstance(m, torch.Tensor) for m in samples):
+        samples[0] = torch.tensor(samples[0])
+    return OPS[expr.op].torch(*samples).dtype
 
 
 def _operand(value, target: torch.dtype, fill_shape: str | None) -> str:
