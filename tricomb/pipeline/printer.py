@@ -1,7 +1,6 @@
 """The pipeline as DSL-style text, for ``str(pipe)``, plans and messages."""
 from __future__ import annotations
 
-from ..scalar.builtins import OPS
 from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall
 from .ir import Map, PipelineIR, Reduce, Stage, ZipWith
 from .verify import operator_spec
@@ -70,5 +69,3 @@ def pipeline_text(pipeline: PipelineIR) -> str:
     """The whole pipeline: stages joined by ``|``."""
     return " | ".join(stage_text(s) for s in pipeline.stages)
 
-
-__all__ = ["function_text", "stage_text", "pipeline_text", "OPS"]

@@ -43,7 +43,7 @@ class Case:
         return f"Case({self.pipeline}; inputs {shapes})"
 
 
-def values(dtype: torch.dtype = torch.float32, special: bool = True) -> st.SearchStrategy[float]:
+def values(special: bool = True) -> st.SearchStrategy[float]:
     """Scalars: mostly moderate floats, sometimes NaN, infinities, zeros and tiny or large values."""
     moderate = st.floats(-10.0, 10.0, allow_nan=False, width=32)
     if not special:
@@ -61,7 +61,7 @@ def shapes(max_rank: int = 3, max_side: int = 17) -> st.SearchStrategy[tuple[int
 def tensors(draw, shape: tuple[int, ...], dtype: torch.dtype, special: bool = True) -> torch.Tensor:
     """A CPU tensor of ``shape`` and ``dtype`` filled from :func:`values`."""
     count = math.prod(shape)
-    data = draw(st.lists(values(dtype, special), min_size=count, max_size=count))
+    data = draw(st.lists(values(special), min_size=count, max_size=count))
     return torch.tensor(data, dtype=torch.float64).reshape(shape).to(dtype)
 
 
