@@ -2,7 +2,8 @@
 
 ``pipelines_and_inputs()`` draws a pipeline of maps and zip_withs with at most one reduce or scan, together
 with input tensors whose shapes broadcast correctly (rank 0 to 3, sizes 1 and non-powers of 2 included),
-dtypes (float16, bfloat16, float32, float64) and values (including NaN, infinities and signed zeros).
+dtypes (float16, bfloat16, float32, float64), layouts (transposed, stepped, offset, expanded views) and values
+(including NaN, infinities and signed zeros).
 
 The random functions are continuous: a function with jumps (floor, sign, comparisons) can turn a one-ulp
 difference into a large one, which says nothing about the kernel; those are checked on exact inputs by the
@@ -65,6 +66,28 @@ def tensors(draw, shape: tuple[int, ...], dtype: torch.dtype, special: bool = Tr
     return torch.tensor(data, dtype=torch.float64).reshape(shape).to(dtype)
 
 
+LAYOUTS = ("contiguous", "transposed", "stepped", "offset", "expanded")
+
+
+@st.composite
+def laid_out(draw, t: torch.Tensor) -> torch.Tensor:
+    """``t``'s shape in one of :data:`LAYOUTS`: the same values viewed with reversed strides, every other
+    element of a wider tensor, a view at a storage offset, or (values repeated) a stride-0 expansion."""
+    layout = draw(st.sampled_from(LAYOUTS))
+    if layout == "transposed" and t.dim() >= 2:
+        return t.permute(*reversed(range(t.dim()))).contiguous().permute(*reversed(range(t.dim())))
+    if layout == "stepped" and t.dim() >= 1:
+        wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
+        wide[..., ::2] = t
+        return wide[..., ::2]
+    if layout == "offset" and t.dim() >= 1:
+        return torch.cat([t.reshape(-1)[:1], t.reshape(-1)])[1:].reshape(t.shape)
+    if layout == "expanded" and t.dim() >= 1:
+        axis = draw(st.integers(0, t.dim() - 1))
+        return t.narrow(axis, 0, 1).expand(t.shape) if t.shape[axis] > 0 else t
+    return t
+
+
 @st.composite
 def broadcastable(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
     """A shape that broadcasts to ``shape`` without growing it: a suffix of it, some sides set to 1."""
@@ -97,7 +120,7 @@ def pipelines_and_inputs(draw, max_numel: int = 4096) -> Case:
             shape = shape[1:]
     shape_after = shape
     stages = []
-    inputs = [draw(tensors(shape, dtype))]
+    inputs = [draw(tensors(shape, dtype).flatmap(laid_out))]
     n_before = draw(st.integers(0, 3))
     for _ in range(n_before):
         stages.append(_stage(draw, shape, inputs, dtype))
@@ -121,7 +144,7 @@ def _stage(draw, shape, inputs: list, dtype) -> api.Pipeline:
         return api.map(_unary(draw))
     op = BUILTINS[draw(st.sampled_from(SMOOTH_BINARY))]
     other = draw(broadcastable(shape))
-    inputs.append(draw(tensors(other, draw(st.sampled_from((dtype, dtype, torch.float32))))))
+    inputs.append(draw(tensors(other, draw(st.sampled_from((dtype, dtype, torch.float32)))).flatmap(laid_out)))
     return api.zip_with(op)
 
 
