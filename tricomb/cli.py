@@ -86,7 +86,8 @@ def _read(file: Path, path: str) -> torch.Tensor:
 
 def _input_shapes(pipe, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     """--shape for the inputs read before the reduce or scan; the reduced shape for those that join after."""
-    from .lower.bind import combine_stage, input_stages, iteration_axes, out_shape
+    from .lower.bind import combine_stage, input_stages, out_shape
+    from .pipeline.verify import iteration_axes
     at, stage = combine_stage(pipe.ir)
     after = out_shape(torch.Size(shape), stage, iteration_axes(stage, len(shape)))
     return [after if owner > at else shape for owner in input_stages(pipe.ir)]

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ArityError, AxisError, DeviceError, DTypeError, ShapeError, TricombError
+from ..errors import ArityError, DeviceError, DTypeError, ShapeError, TricombError
 from ..pipeline.evaluate import evaluate
 from ..pipeline.ir import PipelineIR, Reduce, Scan, ZipWith
+from ..pipeline.verify import iteration_axes
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
                     torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -99,27 +100,6 @@ def _broadcast(shapes: list[torch.Size], what: str, location) -> torch.Size:
         listed = " and ".join(str(tuple(s)) for s in shapes)
         raise ShapeError(f"{what}: shapes {listed} do not broadcast together (torch's rules: trailing dimensions "
                          "must be equal or 1); reshape or expand the inputs", location) from None
-
-
-def iteration_axes(stage: Reduce | Scan | None, rank: int) -> tuple[int, ...]:
-    """The reduced or scanned dimensions of a rank-``rank`` iteration space, checked and non-negative."""
-    if stage is None:
-        return ()
-    axes = (stage.axis,) if isinstance(stage, Scan) else stage.axis
-    if axes is None or (isinstance(stage, Reduce) and len(axes) == 0):
-        return tuple(range(rank))
-    bound = max(rank, 1)
-    seen: list[int] = []
-    for a in axes:
-        if not -bound <= a < bound:
-            kind = "scan" if isinstance(stage, Scan) else "reduce"
-            raise AxisError(f"{kind} axis {a} is out of range for a stream of rank {rank}; use an axis in "
-                            f"[{-bound}, {bound - 1}]", stage.location)
-        a = a % bound
-        if a in seen:
-            raise AxisError(f"reduce axis {a} is repeated in axis={axes}; name each axis once", stage.location)
-        seen.append(a)
-    return tuple(sorted(a for a in seen if a < rank))
 
 
 def out_shape(shape: torch.Size, stage: Reduce | Scan | None, axes: tuple[int, ...]) -> tuple[int, ...]:

@@ -14,7 +14,7 @@ from ..errors import StageError, TricombError
 from ..scalar.builtins import OPS
 from ..scalar.ir import Function, JitCall, fold
 from .ir import Map, PipelineIR, Reduce, Scan, ZipWith
-from .verify import operator_spec
+from .verify import iteration_axes, operator_spec
 
 OpHook = Callable[[torch.Tensor], torch.Tensor]
 
@@ -71,16 +71,9 @@ def evaluate_function(fn: Function, args: list, after_op: OpHook = _identity) ->
     return [_as_tensor(v, args) for v in fold(fn, args, on_call)]
 
 
-def normalize_axes(axis: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:
-    """Non-negative, sorted reduction axes; ``None`` and ``()`` mean every axis, as in torch."""
-    if not axis:
-        return tuple(range(rank))
-    return tuple(sorted(a % rank if rank else 0 for a in axis))
-
-
 def reduce_tensor(stage: Reduce, x: torch.Tensor) -> torch.Tensor:
     """torch's result for ``stage`` applied to ``x``."""
-    dims = normalize_axes(stage.axis, x.dim())
+    dims = iteration_axes(stage, x.dim())
     if stage.mean:
         return torch.mean(x, dim=dims, keepdim=stage.keepdim)
     spec = operator_spec(stage.op)

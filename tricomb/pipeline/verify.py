@@ -5,7 +5,7 @@ dtypes (broadcasting, axes) happen when the pipeline is bound to tensors (:mod:`
 """
 from __future__ import annotations
 
-from ..errors import ArityError, UnsupportedError
+from ..errors import ArityError, AxisError, UnsupportedError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.ir import Arg, Call, Function
 from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith
@@ -64,3 +64,24 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
             raise UnsupportedError(f"this {kind} is the pipeline's second reduce or scan; one pipeline holds at "
                                    "most one for now. Split it into two pipelines", stage.location)
     return pipeline
+
+
+def iteration_axes(stage: Reduce | Scan | None, rank: int) -> tuple[int, ...]:
+    """The reduced or scanned dimensions of a rank-``rank`` iteration space, checked and non-negative."""
+    if stage is None:
+        return ()
+    axes = (stage.axis,) if isinstance(stage, Scan) else stage.axis
+    if axes is None or (isinstance(stage, Reduce) and len(axes) == 0):
+        return tuple(range(rank))
+    bound = max(rank, 1)
+    seen: list[int] = []
+    for a in axes:
+        if not -bound <= a < bound:
+            kind = "scan" if isinstance(stage, Scan) else "reduce"
+            raise AxisError(f"{kind} axis {a} is out of range for a stream of rank {rank}; use an axis in "
+                            f"[{-bound}, {bound - 1}]", stage.location)
+        a = a % bound
+        if a in seen:
+            raise AxisError(f"reduce axis {a} is repeated in axis={axes}; name each axis once", stage.location)
+        seen.append(a)
+    return tuple(sorted(a for a in seen if a < rank))
