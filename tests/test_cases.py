@@ -32,6 +32,8 @@ def test_c06_empty_reductions(device):
     _same(tc.sum()(torch.empty(1, 0, dtype=torch.bool, device=device)), torch.tensor(0))
     _same(tc.sum(axis=0)(torch.empty(0, 3, device=device)), torch.zeros(3))
     _same(tc.prod()(torch.empty(0, device=device)), torch.tensor(1.0))
+    _same(tc.all()(torch.empty(0, dtype=torch.bool, device=device)), torch.tensor(True))
+    _same(tc.any()(torch.empty(0, dtype=torch.bool, device=device)), torch.tensor(False))
     with pytest.raises(tc.StageError, match="zero-size"):
         tc.max()(torch.empty(0, device=device))
 
@@ -56,6 +58,13 @@ def test_c09_bool_and_int_scans_promote_to_int64(device):
     _same(got, torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4]]))
     last = tc.cumsum()(torch.ones(200, dtype=torch.int8, device=device))[-1]
     _same(last, torch.tensor(200))
+
+
+def test_c19_dtype_argument_is_kept(device):
+    ones = torch.ones(2, 4, dtype=torch.bool, device=device)
+    _same(tc.cumsum(axis=1, dtype=torch.bfloat16)(ones),
+          torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4]], dtype=torch.bfloat16))
+    _same(tc.parse("cumsum(axis=1, dtype=bfloat16)")(ones), torch.cumsum(ones.cpu(), 1, dtype=torch.bfloat16))
 
 
 def test_c10_half_precision_accumulates_in_float32(device):

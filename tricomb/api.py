@@ -5,10 +5,11 @@ import numbers
 
 import torch
 
-from .errors import AxisError, TricombError, caller_location
+from .errors import AxisError, DTypeError, TricombError, caller_location
 from .lower.fuse import KernelPlan, describe
 from .pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
 from .pipeline.printer import pipeline_text
+from .pipeline.shorthands import SHORTHANDS, Shorthand
 from .pipeline.verify import verify
 from .runtime import launch
 from .scalar.trace import BUILTINS, to_function
@@ -99,18 +100,29 @@ def build_zip_with(g, where) -> Pipeline:
     return Pipeline(PipelineIR((ZipWith(to_function(g, role="zip_with's function", location=where), where),)))
 
 
-def build_reduce(op, axis, keepdim, mean: bool, where) -> Pipeline:
+def build_reduce(op, axis, keepdim, mean: bool, where, dtype=None) -> Pipeline:
     fn = to_function(op, role="reduce's operator", location=where)
     if not isinstance(keepdim, bool):
         raise TricombError(f"keepdim must be True or False, got {keepdim!r}", where)
-    return Pipeline(PipelineIR((Reduce(fn, _axes(axis, where), keepdim, mean, where),)))
+    return Pipeline(PipelineIR((Reduce(fn, _axes(axis, where), keepdim, mean, _dtype(dtype, where), where),)))
 
 
-def build_scan(op, axis, where) -> Pipeline:
+def build_scan(op, axis, where, dtype=None) -> Pipeline:
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
         raise AxisError(f"scan's axis must be an int, got {axis!r}", where)
     fn = to_function(op, role="scan's operator", location=where)
-    return Pipeline(PipelineIR((Scan(fn, int(axis), where),)))
+    return Pipeline(PipelineIR((Scan(fn, int(axis), _dtype(dtype, where), where),)))
+
+
+def _dtype(dtype, where) -> torch.dtype | None:
+    """A reduce/scan ``dtype=``: None, a supported torch.dtype, or its name (``"bfloat16"``)."""
+    from .lower.bind import SUPPORTED_DTYPES
+    named = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if dtype is None or named in SUPPORTED_DTYPES:
+        return named
+    names = ", ".join(str(d)[6:] for d in SUPPORTED_DTYPES)
+    raise DTypeError(f"dtype={dtype!r} is not a dtype tricomb handles; pass one of {names} (a torch.dtype or its "
+                     "name)", where)
 
 
 def _axes(axis, where) -> tuple[int, ...] | None:
@@ -141,20 +153,24 @@ def zip_with(g) -> Pipeline:
     return build_zip_with(g, caller_location())
 
 
-def reduce(op, axis=None, keepdim: bool = False) -> Pipeline:  # noqa: A001
-    """``reduce(op, axis=None, keepdim=False)``: combine along ``axis`` (None or ``()``: all axes; an int or a
-    tuple of ints) with the associative operator ``op`` (``tc.add``, ``tc.mul``, ``tc.maximum``, ``tc.minimum``).
+def reduce(op, axis=None, keepdim: bool = False, dtype=None) -> Pipeline:  # noqa: A001
+    """``reduce(op, axis=None, keepdim=False, dtype=None)``: combine along ``axis`` (None or ``()``: all axes; an
+    int or a tuple of ints) with the associative operator ``op`` (``tc.add``, ``tc.mul``, ``tc.maximum``,
+    ``tc.minimum``).
 
     The result dtype is torch's for the matching reduction (``torch.sum``, ``torch.prod``, ``torch.amax``,
-    ``torch.amin``); NaN propagates through maximum/minimum as in torch. Raises :class:`AxisError` for a
-    malformed axis, :class:`UnsupportedError` for an operator that is not a builtin associative one.
+    ``torch.amin``); NaN propagates through maximum/minimum as in torch. ``dtype`` (add and mul only, as
+    torch.sum/prod) converts the stream before combining and is the result's dtype. Raises :class:`AxisError`
+    for a malformed axis, :class:`DTypeError` for an unknown dtype, :class:`UnsupportedError` for an operator
+    that is not a builtin associative one or that takes no dtype.
     """
-    return build_reduce(op, axis, keepdim, False, caller_location())
+    return build_reduce(op, axis, keepdim, False, caller_location(), dtype)
 
 
-def scan(op, axis: int = -1) -> Pipeline:
-    """``scan(op, axis=-1)``: inclusive prefix combine along ``axis`` (as ``torch.cumsum`` for ``tc.add``)."""
-    return build_scan(op, axis, caller_location())
+def scan(op, axis: int = -1, dtype=None) -> Pipeline:
+    """``scan(op, axis=-1, dtype=None)``: inclusive prefix combine along ``axis`` (as ``torch.cumsum`` for
+    ``tc.add``); ``dtype`` as torch.cumsum's (add and mul only)."""
+    return build_scan(op, axis, caller_location(), dtype)
 
 
 def _no_other_arguments(name: str, allowed: str, extra: dict) -> None:
@@ -164,37 +180,37 @@ def _no_other_arguments(name: str, allowed: str, extra: dict) -> None:
                            if "dim" in extra else ""), caller_location())
 
 
-def _reduce_shorthand(op: str, mean: bool = False):
-    def stage(axis=None, keepdim: bool = False, **extra) -> Pipeline:
-        _no_other_arguments(stage.__name__, "axis= and keepdim=", extra)
-        return build_reduce(BUILTINS[op], axis, keepdim, mean, caller_location())
-    stage.operator = op  # marks a stage shorthand: passing it where an operator belongs gets a pointed error
+def _shorthand(spec: Shorthand):
+    """``tc.sum``, ``tc.cumsum``, ...: the stage constructor of one row of the shorthand table."""
+    allowed = ("axis=, keepdim=" if spec.kind == "reduce" else "axis=") + (" and dtype=" if spec.takes_dtype else "")
+
+    def stage(axis=None if spec.kind == "reduce" else -1, keepdim: bool = False, dtype=None, **extra) -> Pipeline:
+        if spec.kind == "scan" and keepdim is not False:
+            extra["keepdim"] = keepdim
+        if dtype is not None and not spec.takes_dtype:
+            extra["dtype"] = dtype
+        _no_other_arguments(spec.name, allowed, extra)
+        if spec.kind == "reduce":
+            return build_reduce(BUILTINS[spec.op], axis, keepdim, spec.mean, caller_location(), dtype)
+        return build_scan(BUILTINS[spec.op], axis, caller_location(), dtype)
+
+    stage.operator = spec.op  # marks a stage shorthand: passing it where an operator belongs gets a pointed error
+    stage.__name__ = stage.__qualname__ = spec.name
+    args = "axis=None, keepdim=False" if spec.kind == "reduce" else "axis=-1"
+    stage.__doc__ = (f"``{spec.name}({args}{', dtype=None' if spec.takes_dtype else ''})``: the "
+                     f"{'reduce' if spec.kind == 'reduce' else 'inclusive scan'} stage of {spec.torch_name}"
+                     f"{' (dtype= as torch' + chr(39) + 's)' if spec.takes_dtype else ''}.")
     return stage
 
 
-def _scan_shorthand(op: str):
-    def stage(axis: int = -1, **extra) -> Pipeline:
-        _no_other_arguments(stage.__name__, "axis=", extra)
-        return build_scan(BUILTINS[op], axis, caller_location())
-    stage.operator = op
-    return stage
-
-
-sum = _reduce_shorthand("add")  # noqa: A001
-prod = _reduce_shorthand("mul")
-max = _reduce_shorthand("maximum")  # noqa: A001
-min = _reduce_shorthand("minimum")  # noqa: A001
-mean = _reduce_shorthand("add", mean=True)
-cumsum = _scan_shorthand("add")
-cumprod = _scan_shorthand("mul")
-cummax = _scan_shorthand("maximum")
-cummin = _scan_shorthand("minimum")
-
-for _name, _doc in [("sum", "torch.sum"), ("prod", "torch.prod"), ("max", "torch.amax"), ("min", "torch.amin"),
-                    ("mean", "torch.mean")]:
-    globals()[_name].__name__ = _name
-    globals()[_name].__doc__ = f"``{_name}(axis=None, keepdim=False)``: the reduce stage of {_doc}."
-for _name, _doc in [("cumsum", "torch.cumsum"), ("cumprod", "torch.cumprod"), ("cummax", "torch.cummax values"),
-                    ("cummin", "torch.cummin values")]:
-    globals()[_name].__name__ = _name
-    globals()[_name].__doc__ = f"``{_name}(axis=-1)``: the inclusive scan stage of {_doc}."
+sum = _shorthand(SHORTHANDS["sum"])  # noqa: A001
+prod = _shorthand(SHORTHANDS["prod"])
+max = _shorthand(SHORTHANDS["max"])  # noqa: A001
+min = _shorthand(SHORTHANDS["min"])  # noqa: A001
+mean = _shorthand(SHORTHANDS["mean"])
+any = _shorthand(SHORTHANDS["any"])  # noqa: A001
+all = _shorthand(SHORTHANDS["all"])  # noqa: A001
+cumsum = _shorthand(SHORTHANDS["cumsum"])
+cumprod = _shorthand(SHORTHANDS["cumprod"])
+cummax = _shorthand(SHORTHANDS["cummax"])
+cummin = _shorthand(SHORTHANDS["cummin"])

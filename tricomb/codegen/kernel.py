@@ -7,6 +7,8 @@ a comment naming that stage.
 """
 from __future__ import annotations
 
+import torch
+
 from ..lower.bind import input_stages
 from ..lower.fuse import KernelPlan, Slot
 from ..pipeline.ir import Map, Reduce, Stage, ZipWith
@@ -170,6 +172,20 @@ def tile_scan(p: KernelPlan, tile: str, axis: int, combine: str) -> str:
     return spec.tile_scan.format(tile, axis)
 
 
+def _to_accumulator(p: KernelPlan, value: Value) -> str:
+    """The stream value in the accumulator's dtype; through the stage's ``dtype=`` first, which rounds (or wraps)
+    as torch's conversion before the combine does. torch converts to float16/bfloat16 through float32 (c10's
+    Half and BFloat16 are built from a float), and so does this, which also avoids Triton's interpreter's
+    faulty direct conversions to bfloat16."""
+    text = value.text
+    wanted = p.combine.dtype
+    if wanted is not None and wanted != value.dtype and wanted != p.acc_dtype:
+        if wanted in (torch.float16, torch.bfloat16):
+            text = f"{text}.to(tl.float32)"
+        text = f"{text}.to({tl_dtype(wanted)})"
+    return f"{text}.to({tl_dtype(p.acc_dtype)})"
+
+
 def _identity(p: KernelPlan) -> str:
     return render_const(p.identity)
 
@@ -206,7 +222,7 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
         ks = emit_offsets(w, "ks", reduced, [s for s in p.inputs if not s.after], "k")
         value = _before_combine(w, ctx, p, rows, ks, "mask")
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
-        w.line(f"acc = {combine}(acc, tl.where(mask, {value.text}.to({acc}), {ident}))")
+        w.line(f"acc = {combine}(acc, tl.where(mask, {_to_accumulator(p, value)}, {ident}))")
     w.line(f"total = {tile_reduce(ctx, p, 'acc', 1, combine)}")
     with w.block("if TICKET:"):
         w.line("tl.store(partials + rows * SPLIT + pid_k, total, mask=row_mask)")
@@ -243,7 +259,7 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
         ks = emit_offsets(w, "ks", reduced, p.slots, "k")
         value = _before_combine(w, ctx, p, rows, ks, "mask")
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
-        w.line(f"tile = tl.where(mask, {value.text}.to({acc}), {ident})")
+        w.line(f"tile = tl.where(mask, {_to_accumulator(p, value)}, {ident})")
         w.line(f"scanned = {combine}(carry[:, None], {tile_scan(p, 'tile', 1, combine)})")
         w.line(f"carry = tc_last(scanned, BLOCK_K).to({acc})",
                comment="masked lanes hold the identity: the row's prefix so far")

@@ -2,9 +2,9 @@
 
 Every value carries torch's dtype for it, found by running the op's torch reference on meta tensors (torch
 decides promotion, weak Python scalars and 0-d tensors), and is computed in that dtype's *compute type*:
-float32 for float16, bfloat16 and float32; float64; int64 for every integer type; int1 for bool. Operands are
+float32 for float16, bfloat16 and float32; every other dtype itself (int1 for bool). Operands are
 converted to the compute type of the result before each op (of their common type, for comparisons), so
-``exp`` of an integer is a float op and integer arithmetic is 64-bit, as torch's would be. The same emitter
+``exp`` of an integer is a float op and integer arithmetic wraps in torch's result dtype, as torch's does. The same emitter
 serves map and zip_with bodies, combine functions for reduce/scan, and epilogues after a reduction; identical
 subexpressions are emitted once.
 """
@@ -28,6 +28,7 @@ _TL_DTYPES = {
     torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
 }
 _COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+_LOGICAL = ("logical_and", "logical_or")  # compare each operand with zero in its own dtype
 
 
 def tl_dtype(dtype: torch.dtype) -> str:
@@ -95,7 +96,7 @@ def _operand(value, target: torch.dtype, fill_shape: str | None) -> str:
     tile of that shape (for helpers, which apply tensor methods to their arguments)."""
     if not isinstance(value, Value):
         literal = render_const(float(value) if target.is_floating_point and not isinstance(value, bool)
-                               else value)
+                               else _wrapped(value, target))
         if target.is_floating_point and value == 0 and math.copysign(1.0, value) < 0:
             # -0.0: Triton's constants and constant folding lose the sign of zero, so build its bits
             bits, ints = (-2**63, "tl.int64") if target == torch.float64 else (-2**31, "tl.int32")
@@ -106,6 +107,15 @@ def _operand(value, target: torch.dtype, fill_shape: str | None) -> str:
     return f"{value.text}.to({tl_dtype(target)})"
 
 
+def _wrapped(value, target: torch.dtype):
+    """An integer constant meeting an integer tensor, wrapped into the tensor's dtype as torch converts weak
+    scalars (``uint8 - -1`` is ``uint8 - 255``, ``int8 + 200`` is ``int8 + -56``); Triton refuses such constants."""
+    if isinstance(value, bool) or not isinstance(value, int) or target == torch.bool or target.is_floating_point:
+        return value
+    info = torch.iinfo(target)
+    return (value - info.min) % (info.max - info.min + 1) + info.min
+
+
 def _targets(expr: Call | JitCall, operands: list, result: torch.dtype) -> list[torch.dtype | None]:
     """The compute type each operand is converted to (None: leave as is)."""
     if isinstance(expr, Call) and expr.op in _COMPARISONS:
@@ -113,6 +123,8 @@ def _targets(expr: Call | JitCall, operands: list, result: torch.dtype) -> list[
         common = torch.result_type(*metas) if isinstance(metas[0], torch.Tensor) else \
             torch.result_type(metas[1], metas[0])
         return [compute_dtype(common)] * len(operands)
+    if isinstance(expr, Call) and expr.op in _LOGICAL:
+        return [None if isinstance(o, Value) else torch.float64 for o in operands]
     if isinstance(expr, Call) and expr.op == "where":
         return [torch.bool] + [compute_dtype(result)] * 2
     if result == torch.bool:

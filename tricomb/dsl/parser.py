@@ -15,14 +15,10 @@ from pathlib import Path
 import lark
 
 from ..errors import Location, ParseError, TricombError, UnknownNameError
+from ..pipeline.shorthands import OPERATOR_ALIASES, SHORTHANDS
 from ..scalar.trace import BUILTINS
 
-_SHORTHANDS = {"sum": ("reduce", "add", False), "prod": ("reduce", "mul", False),
-               "max": ("reduce", "maximum", False), "min": ("reduce", "minimum", False),
-               "mean": ("reduce", "add", True), "cumsum": ("scan", "add", False),
-               "cumprod": ("scan", "mul", False), "cummax": ("scan", "maximum", False),
-               "cummin": ("scan", "minimum", False)}
-_STAGE_ARGUMENTS = {"reduce": ("axis", "keepdim"), "scan": ("axis",)}
+_STAGE_ARGUMENTS = {"reduce": ("axis", "keepdim", "dtype"), "scan": ("axis", "dtype")}
 
 
 def grammar_path() -> Path:
@@ -41,7 +37,6 @@ def _parser() -> lark.Lark:
                      maybe_placeholders=False)
 
 
-_OPERATOR_ALIASES = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}
 
 
 def _location(text: str, source: str, line: int, column: int) -> Location:
@@ -102,8 +97,8 @@ class _Build(lark.Transformer):
         name = str(token)
         if name in self.env:
             return _named(self.env[name], name, self._where(token))
-        if operator and name in _OPERATOR_ALIASES:
-            name = _OPERATOR_ALIASES[name]
+        if operator and name in OPERATOR_ALIASES:
+            name = OPERATOR_ALIASES[name]
         if name in BUILTINS:
             return BUILTINS[name]
         known = sorted(set(self.env) | set(BUILTINS))
@@ -112,8 +107,8 @@ class _Build(lark.Transformer):
         hint = f"; did you mean {' or '.join(close)}?" if close else f"; pass your own functions with {how}"
         if self.env:
             hint += f" (names given: {', '.join(sorted(self.env))})"
-        if name in _SHORTHANDS:
-            hint = f"; {name} is a stage of its own (`| {name}`), or the operator {_OPERATOR_ALIASES.get(name, name)}"
+        if name in SHORTHANDS:
+            hint = f"; {name} is a stage of its own (`| {name}`), or the operator {OPERATOR_ALIASES.get(name, name)}"
         raise UnknownNameError(f"unknown name {name!r}{hint}", self._where(token))
 
     # values
@@ -123,6 +118,7 @@ class _Build(lark.Transformer):
     def false_value(self, _): return False
     def none_value(self, _): return None
     def tuple_value(self, items): return tuple(items)
+    def name_value(self, items): return str(items[0])  # a dtype name: dtype=bfloat16
 
     def argument(self, items):
         return (items[0], items[1])
@@ -142,8 +138,9 @@ class _Build(lark.Transformer):
             kwargs[name] = value
         where = self._where(meta_token)
         if kind == "reduce":
-            return api.build_reduce(op, kwargs.get("axis"), kwargs.get("keepdim", False), mean, where)
-        return api.build_scan(op, kwargs.get("axis", -1), where)
+            return api.build_reduce(op, kwargs.get("axis"), kwargs.get("keepdim", False), mean, where,
+                                    kwargs.get("dtype"))
+        return api.build_scan(op, kwargs.get("axis", -1), where, kwargs.get("dtype"))
 
     @lark.v_args(meta=True)
     def map_stage(self, meta, items):
@@ -165,8 +162,8 @@ class _Build(lark.Transformer):
 
     @lark.v_args(meta=True)
     def shorthand_stage(self, meta, items):
-        kind, op, mean = _SHORTHANDS[str(items[0])]
-        return self._stage(kind, meta, BUILTINS[op], items[1] if len(items) > 1 else None, mean)
+        spec = SHORTHANDS[str(items[0])]
+        return self._stage(spec.kind, meta, BUILTINS[spec.op], items[1] if len(items) > 1 else None, spec.mean)
 
     def pipeline(self, items):
         result = items[0]

@@ -75,23 +75,31 @@ def reduce_tensor(stage: Reduce, x: torch.Tensor) -> torch.Tensor:
     """torch's result for ``stage`` applied to ``x``."""
     dims = iteration_axes(stage, x.dim())
     if stage.mean:
-        return torch.mean(x, dim=dims, keepdim=stage.keepdim)
+        return torch.mean(x, dim=dims, keepdim=stage.keepdim, dtype=stage.dtype)
     spec = operator_spec(stage.op)
+    x = _converted(x, stage.dtype)
     if x.dim() == 0:
-        return spec.reduce_ref(x.reshape(1), (0,)).reshape(())
+        return _converted(spec.reduce_ref(x.reshape(1), (0,)).reshape(()), stage.dtype)
     out = spec.reduce_ref(x, dims)
     if stage.keepdim:
         for d in dims:
             out = out.unsqueeze(d)
-    return out
+    return _converted(out, stage.dtype)
+
+
+def _converted(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """``x`` in ``dtype`` (unchanged for None): torch.sum(x, dtype=d) is torch.sum(x.to(d)) with result dtype d,
+    and integer sums and products wrap alike in any width, so converting the int64 result back is exact."""
+    return x if dtype is None else x.to(dtype)
 
 
 def scan_tensor(stage: Scan, x: torch.Tensor) -> torch.Tensor:
     """torch's result for ``stage`` applied to ``x``."""
     spec = operator_spec(stage.op)
+    x = _converted(x, stage.dtype)
     if x.dim() == 0:
-        return spec.scan_ref(x.reshape(1), 0).reshape(())
-    return spec.scan_ref(x, stage.axis)
+        return _converted(spec.scan_ref(x.reshape(1), 0).reshape(()), stage.dtype)
+    return _converted(spec.scan_ref(x, stage.axis), stage.dtype)
 
 
 def evaluate(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: OpHook = _identity,

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
+import torch
+
 from ..errors import Location
 from ..scalar.ir import Function
 
@@ -36,21 +38,27 @@ class Reduce:
     """Combine elements along ``axis`` (None: all axes) with the associative binary operator ``op``.
 
     ``mean`` divides the combined value by the number of elements combined (the ``mean`` shorthand).
+    ``dtype``, as torch.sum's: the stream is converted to it before combining, and the result has it.
     """
 
     op: Function
     axis: tuple[int, ...] | None = None
     keepdim: bool = False
     mean: bool = False
+    dtype: torch.dtype | None = None
     location: Location | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Scan:
-    """Inclusive prefix combine of the stream along ``axis`` with the associative binary operator ``op``."""
+    """Inclusive prefix combine of the stream along ``axis`` with the associative binary operator ``op``.
+
+    ``dtype``, as torch.cumsum's: the stream is converted to it before combining, and the result has it.
+    """
 
     op: Function
     axis: int = -1
+    dtype: torch.dtype | None = None
     location: Location | None = field(default=None, compare=False)
 
 

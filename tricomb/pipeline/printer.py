@@ -3,12 +3,11 @@ from __future__ import annotations
 
 from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall
 from .ir import Map, PipelineIR, Reduce, Stage, ZipWith
+from .shorthands import BY_OPERATOR
 from .verify import operator_spec
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "lt": "<", "le": "<=", "gt": ">",
           "ge": ">=", "eq": "==", "ne": "!="}
-_SHORT_REDUCE = {"add": "sum", "mul": "prod", "maximum": "max", "minimum": "min"}
-_SHORT_SCAN = {"add": "cumsum", "mul": "cumprod", "maximum": "cummax", "minimum": "cummin"}
 _PARAMS = "xyzuvw"
 
 
@@ -42,7 +41,7 @@ def function_text(fn: Function) -> str:
 
 
 def _args(**kwargs) -> str:
-    parts = [f"{k}={v!r}" for k, v in kwargs.items() if v is not None]
+    parts = [f"{k}={str(v)[6:] if k == 'dtype' else repr(v)}" for k, v in kwargs.items() if v is not None]
     return f"({', '.join(parts)})" if parts else ""
 
 
@@ -55,14 +54,14 @@ def stage_text(stage: Stage) -> str:
     spec = operator_spec(stage.op)
     if isinstance(stage, Reduce):
         axis = stage.axis[0] if stage.axis is not None and len(stage.axis) == 1 else stage.axis
-        args = _args(axis=axis, keepdim=stage.keepdim or None)
+        args = _args(axis=axis, keepdim=stage.keepdim or None, dtype=stage.dtype)
         if stage.mean:
             return f"mean{args}"
-        return f"{_SHORT_REDUCE[spec.name]}{args}" if spec and spec.name in _SHORT_REDUCE \
-            else f"reduce {function_text(stage.op)}{args}"
-    args = _args(axis=stage.axis if stage.axis != -1 else None)
-    return f"{_SHORT_SCAN[spec.name]}{args}" if spec and spec.name in _SHORT_SCAN \
-        else f"scan {function_text(stage.op)}{args}"
+        short = BY_OPERATOR.get(("reduce", spec.name)) if spec else None
+        return f"{short}{args}" if short else f"reduce {function_text(stage.op)}{args}"
+    args = _args(axis=stage.axis if stage.axis != -1 else None, dtype=stage.dtype)
+    short = BY_OPERATOR.get(("scan", spec.name)) if spec else None
+    return f"{short}{args}" if short else f"scan {function_text(stage.op)}{args}"
 
 
 def pipeline_text(pipeline: PipelineIR) -> str:

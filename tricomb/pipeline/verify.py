@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..errors import ArityError, AxisError, UnsupportedError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.ir import Arg, Call, Function
+from .shorthands import BY_OPERATOR, SHORTHANDS
 from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith
 
 
@@ -28,6 +29,11 @@ def _check_operator(stage: Reduce | Scan, kind: str) -> None:
         raise UnsupportedError(f"{kind}'s operator {stage.op.name!r} is not one of the builtin associative "
                                f"operators ({supported}); user-defined operators are not supported yet",
                                stage.location)
+    short = SHORTHANDS.get(BY_OPERATOR.get((kind, spec.name), ""))
+    if stage.dtype is not None and not (short and short.takes_dtype):
+        like = f" ({short.torch_name} has none)" if short else ""
+        raise UnsupportedError(f"{kind} with operator {spec.name} takes no dtype={like}; convert the stream "
+                               "before it instead, with a map", stage.location)
 
 
 def _check_function(stage: Stage, index: int) -> None:

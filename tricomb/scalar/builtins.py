@@ -258,6 +258,14 @@ _TABLE: list[OpSpec] = [
     _binary("ge", torch.ge, "{0} >= {1}", "a >= b (bool)"),
     _binary("eq", torch.eq, "{0} == {1}", "a == b (bool)"),
     _binary("ne", torch.ne, "{0} != {1}", "a != b (bool)"),
+    _binary("logical_and", torch.logical_and, "(({0} != 0) & ({1} != 0))", "a and b, each true when nonzero (bool)",
+            associative=True, commutative=True, identity=1.0,
+            reduce_ref=lambda x, dims: torch.all(x, dim=dims), scan_ref=lambda x, d: torch.cumsum(x == 0, d) == 0,
+            tile_reduce="(tl.reduce(({0} != 0).to(tl.int32), {1}, tl.standard._elementwise_min) != 0)"),
+    _binary("logical_or", torch.logical_or, "(({0} != 0) | ({1} != 0))", "a or b, each true when nonzero (bool)",
+            associative=True, commutative=True, identity=0.0,
+            reduce_ref=lambda x, dims: torch.any(x, dim=dims), scan_ref=lambda x, d: torch.cumsum(x != 0, d) > 0,
+            tile_reduce="(tl.reduce(({0} != 0).to(tl.int32), {1}, tl.standard._elementwise_max) != 0)"),
     OpSpec("where", 3, torch.where, "tl.where({0}, {1}, {2})", "b where cond else c"),
 ]
 

@@ -1,8 +1,9 @@
 """Which dtype a value is computed in inside a kernel, for each torch dtype (the numerics rule of DESIGN.md).
 
 float16 and bfloat16 are computed (and accumulated) in float32 and stored in their own dtype; float64 stays
-float64; every integer type is computed in int64, so no intermediate wraps where torch's would not; bool
-stays bool (Triton's int1).
+float64; every integer type and bool is computed in its own dtype (bool as Triton's int1), so integer
+arithmetic wraps exactly where torch's does and nowhere else: ``int8 * 2`` wraps in int8 as in torch, and
+``int8 + int32`` is computed in int32 because torch's result is int32.
 """
 from __future__ import annotations
 
@@ -13,6 +14,4 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a value of torch dtype ``dtype`` is computed in inside a kernel."""
     if dtype in (torch.float16, torch.bfloat16, torch.float32):
         return torch.float32
-    if dtype == torch.float64 or dtype == torch.bool:
-        return dtype
-    return torch.int64
+    return dtype

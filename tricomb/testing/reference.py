@@ -8,6 +8,7 @@ proportional to that scale, so comparisons stay tight without failing on cancell
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +44,7 @@ def _combine_scale(stage, value: torch.Tensor, scale: torch.Tensor) -> torch.Ten
     """The error scale after a reduce/scan: sums add magnitudes; max/min pass the chosen element's scale on;
     products carry a relative error, so their scale is the result's own magnitude."""
     name = operator_spec(stage.op).name
+    stage = dataclasses.replace(stage, dtype=None)  # scales stay float64 whatever the result's dtype
     if name == "mul":
         return _magnitude(value)
     if name != "add":

@@ -1,0 +1,39 @@
+"""The stage shorthands (``sum``, ``cumsum``, ``any``, ...): one table read by the Python API (``tc.sum``), the
+DSL (``| sum``) and the printer (which writes a stage back as its shorthand)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Shorthand:
+    """A named reduce or scan stage: ``kind`` ("reduce" or "scan") with builtin operator ``op``."""
+
+    name: str
+    kind: str
+    op: str
+    torch_name: str  # the torch function it matches
+    mean: bool = False
+    takes_dtype: bool = False  # as torch's function: sum, prod, mean, cumsum and cumprod take dtype=
+
+
+SHORTHANDS: dict[str, Shorthand] = {s.name: s for s in [
+    Shorthand("sum", "reduce", "add", "torch.sum", takes_dtype=True),
+    Shorthand("prod", "reduce", "mul", "torch.prod", takes_dtype=True),
+    Shorthand("max", "reduce", "maximum", "torch.amax"),
+    Shorthand("min", "reduce", "minimum", "torch.amin"),
+    Shorthand("mean", "reduce", "add", "torch.mean", mean=True, takes_dtype=True),
+    Shorthand("any", "reduce", "logical_or", "torch.any"),
+    Shorthand("all", "reduce", "logical_and", "torch.all"),
+    Shorthand("cumsum", "scan", "add", "torch.cumsum", takes_dtype=True),
+    Shorthand("cumprod", "scan", "mul", "torch.cumprod", takes_dtype=True),
+    Shorthand("cummax", "scan", "maximum", "torch.cummax values"),
+    Shorthand("cummin", "scan", "minimum", "torch.cummin values"),
+]}
+
+# the shorthand a reduce or scan with this operator prints as (mean is printed from Reduce.mean)
+BY_OPERATOR: dict[tuple[str, str], str] = {(s.kind, s.op): s.name for s in SHORTHANDS.values() if not s.mean}
+
+# reduce names that are also accepted where an operator belongs: ``reduce sum`` means ``reduce add``
+OPERATOR_ALIASES: dict[str, str] = {s.name: s.op for s in SHORTHANDS.values()
+                                    if s.kind == "reduce" and not s.mean}
