@@ -1,7 +1,6 @@
 """Faults other libraries shipped (../shared/CASES.md), as tests holding torch's value, dtype and shape.
 
-Cases that need features of later versions (argmax, any/all, tuple outputs, dtype=, user operators) are not
-here yet; C18 needs more than 2**31 elements and runs on the GPU only.
+Cases that need features of later versions (user operators, exclusive and reverse scans) are not here yet; C18 needs more than 2**31 elements and runs on the GPU only.
 """
 import math
 
@@ -9,6 +8,7 @@ import pytest
 import torch
 
 import tricomb as tc
+import tricomb.testing
 
 nan, inf = math.nan, math.inf
 
@@ -25,6 +25,16 @@ def test_c01_nan_in_max_and_min(device):
     _same((twice >> tc.min())(x), torch.tensor(nan))
     rows = torch.tensor([[1.0, nan], [3.0, 4.0]], device=device)
     _same(tc.max(axis=1)(rows), torch.tensor([nan, 4.0]))
+
+
+def test_c02_nan_in_argmax_and_argmin(device):
+    def index(stage, values):
+        return stage(torch.tensor(values, device=device))
+    _same(index(tc.argmax(), [nan, 6.0, 8.0]), torch.tensor(0))
+    _same(index(tc.argmax(), [6.0, nan, 8.0, nan]), torch.tensor(1))
+    _same(index(tc.argmin(), [nan, 6.0, 8.0]), torch.tensor(0))
+    _same(index(tc.argmax(), [0.0, 1.0, nan]), torch.tensor(2))
+    _same(index(tc.argmax(), [nan, nan, nan]), torch.tensor(0))
 
 
 def test_c06_empty_reductions(device):
@@ -74,6 +84,18 @@ def test_c10_half_precision_accumulates_in_float32(device):
     _same(tc.sum()(bf16), torch.tensor(512.0, dtype=torch.bfloat16))
     _same(tc.mean()(f16), torch.tensor(1.9990234, dtype=torch.float16))
     _same(tc.sum()(torch.ones(65536, dtype=torch.float16, device=device)), torch.tensor(inf, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("tiles", [{}, {"BLOCK_M": 2, "BLOCK_K": 4, "SPLIT": 3}], ids=["heuristic", "split-rows"])
+def test_c11_argmax_ties_take_the_first_index(device, tiles):
+    with tc.testing.schedule_overrides(**tiles):
+        _same(tc.argmax()(torch.tensor([1, 5, 2, 5, 5, 0, 5], dtype=torch.int32, device=device)), torch.tensor(1))
+        _same(tc.argmin()(torch.tensor([3, 0, 2, 0], device=device)), torch.tensor(1))
+        grid = torch.tensor([[3, 2, 2], [4, 4, 1], [4, 1, 4]], device=device)
+        _same(tc.argmax(axis=0)(grid), torch.tensor([1, 1, 2]))
+        spikes = torch.zeros(5000, device=device)
+        spikes[[17, 1234, 4999]] = 1.0
+        _same(tc.argmax()(spikes), torch.tensor(17))
 
 
 def test_c14_non_power_of_two_sizes(device):

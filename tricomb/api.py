@@ -100,11 +100,12 @@ def build_zip_with(g, where) -> Pipeline:
     return Pipeline(PipelineIR((ZipWith(to_function(g, role="zip_with's function", location=where), where),)))
 
 
-def build_reduce(op, axis, keepdim, mean: bool, where, dtype=None) -> Pipeline:
+def build_reduce(op, axis, keepdim, mean: bool, where, dtype=None, index: bool = False) -> Pipeline:
     fn = to_function(op, role="reduce's operator", location=where)
     if not isinstance(keepdim, bool):
         raise TricombError(f"keepdim must be True or False, got {keepdim!r}", where)
-    return Pipeline(PipelineIR((Reduce(fn, _axes(axis, where), keepdim, mean, _dtype(dtype, where), where),)))
+    stage = Reduce(fn, _axes(axis, where), keepdim, mean, _dtype(dtype, where), index, where)
+    return Pipeline(PipelineIR((stage,)))
 
 
 def build_scan(op, axis, where, dtype=None) -> Pipeline:
@@ -191,7 +192,7 @@ def _shorthand(spec: Shorthand):
             extra["dtype"] = dtype
         _no_other_arguments(spec.name, allowed, extra)
         if spec.kind == "reduce":
-            return build_reduce(BUILTINS[spec.op], axis, keepdim, spec.mean, caller_location(), dtype)
+            return build_reduce(BUILTINS[spec.op], axis, keepdim, spec.mean, caller_location(), dtype, spec.index)
         return build_scan(BUILTINS[spec.op], axis, caller_location(), dtype)
 
     stage.operator = spec.op  # marks a stage shorthand: passing it where an operator belongs gets a pointed error
@@ -208,6 +209,8 @@ prod = _shorthand(SHORTHANDS["prod"])
 max = _shorthand(SHORTHANDS["max"])  # noqa: A001
 min = _shorthand(SHORTHANDS["min"])  # noqa: A001
 mean = _shorthand(SHORTHANDS["mean"])
+argmax = _shorthand(SHORTHANDS["argmax"])
+argmin = _shorthand(SHORTHANDS["argmin"])
 any = _shorthand(SHORTHANDS["any"])  # noqa: A001
 all = _shorthand(SHORTHANDS["all"])  # noqa: A001
 cumsum = _shorthand(SHORTHANDS["cumsum"])

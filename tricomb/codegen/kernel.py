@@ -34,7 +34,8 @@ def kernel_parameters(p: KernelPlan) -> list[str]:
     else:
         params += ["M", "K"]
     if p.kind == "reduce":
-        params = params[:len(p.slots)] + ["partials", "tickets"] + params[len(p.slots):] + ["SPLIT", "CHUNK"]
+        scratch = ["partials", "partial_index"] if p.index else ["partials"]
+        params = params[:len(p.slots)] + scratch + ["tickets"] + params[len(p.slots):] + ["SPLIT", "CHUNK"]
     params += [group_size(g) for g in groups]
     params += [group_stride(s, g) for s in p.slots for g in groups]
     if p.kind == "map":
@@ -200,21 +201,36 @@ def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, var: str, addre
     return emit_stages(w, ctx, p, p.after, len(p.before) + 1, stream, values, shape)
 
 
+_NO_INDEX = "9223372036854775807"  # int64 max: loses every tie, so masked lanes are never chosen
+
+
+def _reduce_tile(ctx: ScalarContext, p: KernelPlan, tile: str, combine: str) -> str:
+    """Fold the accumulator tile ``tile`` (and ``tile_i``, its positions, for argmax/argmin) along axis 1."""
+    if p.index:
+        ctx.use_helpers([f"{combine[:-5]}_over"])
+        return f"{combine[:-5]}_over({tile}, {tile}_i, 1)"
+    return tile_reduce(ctx, p, tile, 1, combine)
+
+
 def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
     """Rows by K; a tile-shaped accumulator over the loop, one tree reduction per row at the end.
 
     With ``TICKET``, ``SPLIT`` programs share each row tile: each publishes its partial, takes a ticket with an
     acquire-release atomic, and the program drawing the last ticket combines all partials in index order (so
-    the result is the same from run to run) and resets the ticket for the next launch.
+    the result is the same from run to run) and resets the ticket for the next launch. For argmax/argmin the
+    accumulator is a pair of tiles, values and their positions ``ks`` along the reduced axes (``_i``).
     """
     kept, reduced = _split_groups(p)
     acc = tl_dtype(p.acc_dtype)
     ident = _identity(p)
+    total = "total, total_i" if p.index else "total"
     _program_ids(w, ["pid_m", "pid_k"])
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
     rows = emit_offsets(w, "rows", kept, p.slots, "r")
     w.line(f"acc = tl.full([BLOCK_M, BLOCK_K], {ident}, {acc})")
+    if p.index:
+        w.line(f"acc_i = tl.full([BLOCK_M, BLOCK_K], {_NO_INDEX}, tl.int64)")
     w.line("k_start = pid_k * CHUNK")
     with w.block("for k0 in range(0, CHUNK, BLOCK_K):"):
         w.line("ks = k_start + k0 + tl.arange(0, BLOCK_K)")
@@ -222,24 +238,33 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
         ks = emit_offsets(w, "ks", reduced, [s for s in p.inputs if not s.after], "k")
         value = _before_combine(w, ctx, p, rows, ks, "mask")
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
-        w.line(f"acc = {combine}(acc, tl.where(mask, {_to_accumulator(p, value)}, {ident}))")
-    w.line(f"total = {tile_reduce(ctx, p, 'acc', 1, combine)}")
+        step = f"tl.where(mask, {_to_accumulator(p, value)}, {ident})"
+        if p.index:
+            w.line(f"acc, acc_i = {combine}(acc, acc_i, {step}, ks[None, :].to(tl.int64))")
+        else:
+            w.line(f"acc = {combine}(acc, {step})")
+    w.line(f"{total} = {_reduce_tile(ctx, p, 'acc', combine)}")
     with w.block("if TICKET:"):
         w.line("tl.store(partials + rows * SPLIT + pid_k, total, mask=row_mask)")
+        if p.index:
+            w.line("tl.store(partial_index + rows * SPLIT + pid_k, total_i, mask=row_mask)")
         w.line("tl.debug_barrier()")
         w.line('ticket = tl.atomic_add(tickets + pid_m, 1, sem="acq_rel")')
         w.line("keep = row_mask & (ticket == SPLIT - 1)")
         w.line("parts = tl.arange(0, SPLIT_BLOCK)")
         w.line("part_mask = keep[:, None] & (parts < SPLIT)[None, :]")
-        w.line(f"partial = tl.load(partials + rows[:, None] * SPLIT + parts[None, :], mask=part_mask, "
-               f"other={ident}, cache_modifier=\".cg\")")
-        w.line(f"total = {tile_reduce(ctx, p, 'partial', 1, combine)}")
+        w.line("part_at = rows[:, None] * SPLIT + parts[None, :]")
+        w.line(f'partial = tl.load(partials + part_at, mask=part_mask, other={ident}, cache_modifier=".cg")')
+        if p.index:
+            w.line(f'partial_i = tl.load(partial_index + part_at, mask=part_mask, other={_NO_INDEX}, '
+                   'cache_modifier=".cg")')
+        w.line(f"{total} = {_reduce_tile(ctx, p, 'partial', combine)}")
         w.line("tl.atomic_xchg(tickets + pid_m, 0, mask=ticket == SPLIT - 1)")
     with w.block("else:"):
         w.line("keep = row_mask")
     if isinstance(p.combine, Reduce) and p.combine.mean:
         w.line("total = total / K", comment="mean: divide by the number of elements combined")
-    value = _after_combine(w, ctx, p, "total", rows, "keep", "[BLOCK_M]")
+    value = _after_combine(w, ctx, p, "total_i" if p.index else "total", rows, "keep", "[BLOCK_M]")
     _store(w, p, value, rows["out"], "keep")
 
 

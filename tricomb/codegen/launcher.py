@@ -161,9 +161,11 @@ def _emit_schedule_and_call(w: Writer, p: KernelPlan, kernel: str, groups) -> No
         with w.block("if split > 1:"):
             w.comment("split rows: partials per (row, split); tickets pick the program that finishes each row tile")
             w.line(f"partials = torch.empty(M * split, dtype={p.acc_dtype}, device=in0.device)")
+            if p.index:
+                w.line("partial_index = torch.empty(M * split, dtype=torch.int64, device=in0.device)")
             w.line("tickets = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']))")
         with w.block("else:"):
-            w.line("partials = tickets = out", comment="unused without TICKET")
+            w.line(f"partials = {'partial_index = ' if p.index else ''}tickets = out", comment="unused without TICKET")
         values.update({"SPLIT": "split", "CHUNK": "chunk", "SPLIT_BLOCK: tl.constexpr": "triton.next_power_of_2(split)",
                        "TICKET: tl.constexpr": "split > 1"})
         grid = "(triton.cdiv(M, cfg['BLOCK_M']), split)"

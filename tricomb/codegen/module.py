@@ -43,7 +43,10 @@ def emit_module(p: KernelPlan) -> str:
 
     body = Writer()
     combine = None
-    if p.combine is not None:
+    if p.index:
+        combine = f"tc_arg{p.operator.name[:3]}_step"  # maximum -> tc_argmax_step, minimum -> tc_argmin_step
+        ctx.use_helpers([combine])
+    elif p.combine is not None:
         combine = f"combine_{p.operator.name}"
         emit_combine_function(body, ctx, combine, p)
         body.line()

@@ -126,7 +126,7 @@ class _Build(lark.Transformer):
     def arguments(self, items):
         return list(items)
 
-    def _stage(self, kind: str, meta_token, op, arguments, mean: bool = False):
+    def _stage(self, kind: str, meta_token, op, arguments, mean: bool = False, index: bool = False):
         from .. import api
         allowed = _STAGE_ARGUMENTS[kind]
         kwargs = {}
@@ -139,7 +139,7 @@ class _Build(lark.Transformer):
         where = self._where(meta_token)
         if kind == "reduce":
             return api.build_reduce(op, kwargs.get("axis"), kwargs.get("keepdim", False), mean, where,
-                                    kwargs.get("dtype"))
+                                    kwargs.get("dtype"), index)
         return api.build_scan(op, kwargs.get("axis", -1), where, kwargs.get("dtype"))
 
     @lark.v_args(meta=True)
@@ -163,7 +163,8 @@ class _Build(lark.Transformer):
     @lark.v_args(meta=True)
     def shorthand_stage(self, meta, items):
         spec = SHORTHANDS[str(items[0])]
-        return self._stage(spec.kind, meta, BUILTINS[spec.op], items[1] if len(items) > 1 else None, spec.mean)
+        return self._stage(spec.kind, meta, BUILTINS[spec.op], items[1] if len(items) > 1 else None, spec.mean,
+                           spec.index)
 
     def pipeline(self, items):
         result = items[0]

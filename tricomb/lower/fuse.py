@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import DTypeError
 from ..pipeline.evaluate import evaluate
+from ..pipeline.printer import stage_text as stage_name
 from ..pipeline.ir import PipelineIR, Reduce, Scan, Stage
 from ..pipeline.verify import operator_spec
 from ..scalar.builtins import OpSpec
@@ -47,7 +49,12 @@ class KernelPlan:
     after: tuple[Stage, ...]  # stages applied to the reduced or scanned values
     compute_dtype: torch.dtype  # widest float compute dtype of the inputs (half types computed in float32)
     combined_dtype: torch.dtype | None  # torch's dtype of the stream just after the reduce/scan
-    acc_dtype: torch.dtype | None  # the compute dtype of the reduce/scan accumulator
+    acc_dtype: torch.dtype | None  # the compute dtype of the reduce/scan accumulator (of the values, for argmax)
+
+    @property
+    def index(self) -> bool:
+        """An argmax/argmin: the accumulator pairs each value with its int64 position along the reduced axes."""
+        return isinstance(self.combine, Reduce) and self.combine.index
 
     @property
     def identity(self):
@@ -86,11 +93,22 @@ def _compute_dtype(dtypes) -> torch.dtype:
 
 
 def combined_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torch.dtype:
-    """torch's dtype for the stream right after stage ``at`` (the reduce or scan)."""
+    """torch's dtype for the stream right after stage ``at``."""
     owners = input_stages(pipeline)
     metas = [torch.empty((1,) * rank, dtype=dtype, device="meta")
              for dtype, rank, owner in zip(binding.dtypes, binding.ranks, owners) if owner <= at]
     return evaluate(PipelineIR(pipeline.stages[:at + 1]), metas).dtype
+
+
+def _index_values_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torch.dtype:
+    """The dtype of the values an argmax/argmin compares (the stream entering stage ``at``); bool is refused,
+    as torch's CPU and CUDA kernels refuse it."""
+    dtype = combined_dtype(pipeline, binding, at - 1) if at else binding.dtypes[0]
+    if dtype == torch.bool:
+        stage = pipeline.stages[at]
+        raise DTypeError(f"{stage_name(stage)} does not take bool values, as torch's does not; map them to integers "
+                         "first (map (x -> x * 1))", stage.location)
+    return dtype
 
 
 def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
@@ -102,6 +120,8 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
     kind = "map" if stage is None else ("reduce" if isinstance(stage, Reduce) else "scan")
     combined = combined_dtype(pipeline, binding, at) if stage is not None else None
     acc = compute_dtype(combined) if combined is not None else None
+    if isinstance(stage, Reduce) and stage.index:
+        acc = compute_dtype(_index_values_dtype(pipeline, binding, at))
     return KernelPlan(kind, pipeline, binding, inputs, output, pipeline.stages[:at], stage,
                       pipeline.stages[at + 1:], _compute_dtype(binding.dtypes), combined, acc)
 

@@ -76,6 +76,8 @@ def reduce_tensor(stage: Reduce, x: torch.Tensor) -> torch.Tensor:
     dims = iteration_axes(stage, x.dim())
     if stage.mean:
         return torch.mean(x, dim=dims, keepdim=stage.keepdim, dtype=stage.dtype)
+    if stage.index:
+        return _arg_reduce(stage, x)
     spec = operator_spec(stage.op)
     x = _converted(x, stage.dtype)
     if x.dim() == 0:
@@ -85,6 +87,15 @@ def reduce_tensor(stage: Reduce, x: torch.Tensor) -> torch.Tensor:
         for d in dims:
             out = out.unsqueeze(d)
     return _converted(out, stage.dtype)
+
+
+def _arg_reduce(stage: Reduce, x: torch.Tensor) -> torch.Tensor:
+    """torch.argmax/argmin: over everything (flat positions) or along one axis."""
+    fn = torch.argmax if operator_spec(stage.op).name == "maximum" else torch.argmin
+    if stage.axis is None:
+        out = fn(x)
+        return out.reshape((1,) * x.dim()) if stage.keepdim else out
+    return fn(x, dim=stage.axis[0], keepdim=stage.keepdim)
 
 
 def _converted(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:

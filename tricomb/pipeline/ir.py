@@ -39,6 +39,9 @@ class Reduce:
 
     ``mean`` divides the combined value by the number of elements combined (the ``mean`` shorthand).
     ``dtype``, as torch.sum's: the stream is converted to it before combining, and the result has it.
+    ``index`` (the ``argmax``/``argmin`` shorthands, with ``maximum``/``minimum``): the result is the int64
+    position of the chosen element along the reduced axis (the flat row-major position for ``axis=None``), the
+    first one on ties, NaN counting as the largest and the smallest value, as torch.argmax/argmin.
     """
 
     op: Function
@@ -46,6 +49,7 @@ class Reduce:
     keepdim: bool = False
     mean: bool = False
     dtype: torch.dtype | None = None
+    index: bool = False
     location: Location | None = field(default=None, compare=False)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall
 from .ir import Map, PipelineIR, Reduce, Stage, ZipWith
-from .shorthands import BY_OPERATOR
+from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS
 from .verify import operator_spec
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "lt": "<", "le": "<=", "gt": ">",
@@ -57,6 +57,8 @@ def stage_text(stage: Stage) -> str:
         args = _args(axis=axis, keepdim=stage.keepdim or None, dtype=stage.dtype)
         if stage.mean:
             return f"mean{args}"
+        if stage.index:
+            return f"{INDEX_SHORTHANDS[spec.name]}{args}"
         short = BY_OPERATOR.get(("reduce", spec.name)) if spec else None
         return f"{short}{args}" if short else f"reduce {function_text(stage.op)}{args}"
     args = _args(axis=stage.axis if stage.axis != -1 else None, dtype=stage.dtype)

@@ -14,6 +14,7 @@ class Shorthand:
     op: str
     torch_name: str  # the torch function it matches
     mean: bool = False
+    index: bool = False  # argmax/argmin: the position of the chosen element, not its value
     takes_dtype: bool = False  # as torch's function: sum, prod, mean, cumsum and cumprod take dtype=
 
 
@@ -23,6 +24,8 @@ SHORTHANDS: dict[str, Shorthand] = {s.name: s for s in [
     Shorthand("max", "reduce", "maximum", "torch.amax"),
     Shorthand("min", "reduce", "minimum", "torch.amin"),
     Shorthand("mean", "reduce", "add", "torch.mean", mean=True, takes_dtype=True),
+    Shorthand("argmax", "reduce", "maximum", "torch.argmax", index=True),
+    Shorthand("argmin", "reduce", "minimum", "torch.argmin", index=True),
     Shorthand("any", "reduce", "logical_or", "torch.any"),
     Shorthand("all", "reduce", "logical_and", "torch.all"),
     Shorthand("cumsum", "scan", "add", "torch.cumsum", takes_dtype=True),
@@ -32,8 +35,10 @@ SHORTHANDS: dict[str, Shorthand] = {s.name: s for s in [
 ]}
 
 # the shorthand a reduce or scan with this operator prints as (mean is printed from Reduce.mean)
-BY_OPERATOR: dict[tuple[str, str], str] = {(s.kind, s.op): s.name for s in SHORTHANDS.values() if not s.mean}
+BY_OPERATOR: dict[tuple[str, str], str] = {(s.kind, s.op): s.name for s in SHORTHANDS.values()
+                                           if not s.mean and not s.index}
+INDEX_SHORTHANDS: dict[str, str] = {s.op: s.name for s in SHORTHANDS.values() if s.index}  # maximum -> argmax
 
 # reduce names that are also accepted where an operator belongs: ``reduce sum`` means ``reduce add``
 OPERATOR_ALIASES: dict[str, str] = {s.name: s.op for s in SHORTHANDS.values()
-                                    if s.kind == "reduce" and not s.mean}
+                                    if s.kind == "reduce" and not s.mean and not s.index}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..errors import ArityError, AxisError, UnsupportedError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.ir import Arg, Call, Function
-from .shorthands import BY_OPERATOR, SHORTHANDS
+from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
 from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith
 
 
@@ -29,11 +29,26 @@ def _check_operator(stage: Reduce | Scan, kind: str) -> None:
         raise UnsupportedError(f"{kind}'s operator {stage.op.name!r} is not one of the builtin associative "
                                f"operators ({supported}); user-defined operators are not supported yet",
                                stage.location)
+    if isinstance(stage, Reduce) and stage.index:
+        _check_index_reduce(stage, spec)
+        return
     short = SHORTHANDS.get(BY_OPERATOR.get((kind, spec.name), ""))
     if stage.dtype is not None and not (short and short.takes_dtype):
         like = f" ({short.torch_name} has none)" if short else ""
         raise UnsupportedError(f"{kind} with operator {spec.name} takes no dtype={like}; convert the stream "
                                "before it instead, with a map", stage.location)
+
+
+def _check_index_reduce(stage: Reduce, spec: OpSpec) -> None:
+    name = INDEX_SHORTHANDS.get(spec.name)
+    if name is None:
+        raise UnsupportedError(f"an index reduction takes the operator maximum (argmax) or minimum (argmin), not "
+                               f"{spec.name}", stage.location)
+    if stage.axis is not None and len(stage.axis) != 1:
+        raise AxisError(f"{name} takes axis=None or one int axis, as torch.{name}; got axis={stage.axis}",
+                        stage.location)
+    if stage.dtype is not None or stage.mean:
+        raise UnsupportedError(f"{name} takes no dtype= (torch.{name} has none)", stage.location)
 
 
 def _check_function(stage: Stage, index: int) -> None:

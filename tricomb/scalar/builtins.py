@@ -191,6 +191,30 @@ def tc_min_over(x, AXIS: tl.constexpr):
 ''', ()),
 }
 
+_ARG_STEP = '''
+@triton.jit
+def tc_arg{kind}_step(av, ai, bv, bi):
+    # one step of torch.arg{kind}: NaN beats every number, then the {better} value; ties keep the smaller index
+    a_nan = av != av
+    b_nan = bv != bv
+    tie = (av == bv) | (a_nan & b_nan)
+    take_a = (av {op} bv) | (a_nan & ~b_nan) | (tie & (ai < bi))
+    return tl.where(take_a, av, bv), tl.where(take_a, ai, bi)
+'''
+_ARG_OVER = '''
+@triton.jit
+def tc_arg{kind}_over(v, i, AXIS: tl.constexpr):
+    # torch.arg{kind} along AXIS of (value, index) tiles: the NaN-propagating {kind}, then the smallest index
+    # holding it (two native reductions: no element-by-element fold in Triton's interpreter)
+    best = tc_{kind}_over(v, AXIS)
+    hit = (v == tl.expand_dims(best, AXIS)) | ((v != v) & tl.expand_dims(best != best, AXIS))
+    index = tl.reduce(tl.where(hit, i, 9223372036854775807), AXIS, tl.standard._elementwise_min)
+    return best, index
+'''
+for _kind, _better, _op in (("max", "larger", ">"), ("min", "smaller", "<")):
+    HELPERS[f"tc_arg{_kind}_step"] = (_ARG_STEP.format(kind=_kind, better=_better, op=_op), ())
+    HELPERS[f"tc_arg{_kind}_over"] = (_ARG_OVER.format(kind=_kind), (f"tc_{_kind}_over",))
+
 
 def _unary(name, torch_fn, triton, doc, helpers=()):
     return OpSpec(name, 1, torch_fn, triton, doc, helpers)
