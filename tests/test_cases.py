@@ -129,6 +129,14 @@ def test_c20_empty_axis_list_means_all_axes(device):
     _same(tc.parse("sum(axis=())")(torch.tensor([1, 2, 3, 4], device=device)), torch.tensor(10))
 
 
+def test_c17_several_outputs_of_different_shapes(device):
+    x = torch.tensor([1, 2], device=device)
+    y = torch.tensor([[3, 4], [5, 6]], device=device)
+    first, total = tc.zip_with(lambda a, b: (a, a + b))(x, y)
+    _same(first, torch.tensor([1, 2]))
+    _same(total, torch.tensor([[4, 6], [6, 8]]))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device with about 5 GB free")
 def test_c18_offsets_past_2_to_the_31():

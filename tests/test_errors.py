@@ -29,10 +29,15 @@ def test_math_module_on_traced_value_points_to_builtins():
 
 
 def test_wrong_arity_names_the_stage_and_where_it_was_built():
+    """A map of two arguments is a fragment (it may follow a stage returning pairs); called first, it is an error
+    that points at the line that built the map, raised before anything launches."""
+    pipe = tc.map(lambda a, b: a + b)  # map-arity-here
     with pytest.raises(tc.ArityError, match="map's function .* takes 2 arguments.*use zip_with") as info:
-        tc.map(lambda a, b: a + b)  # map-arity-here
+        pipe(torch.ones(3))
     assert info.value.location.file == HERE
     assert info.value.location.line == _line_of("# map-arity-here")
+    with pytest.raises(tc.ArityError, match="takes 3 arguments but map passes a 2-tuple stream's fields"):
+        tc.map(lambda v: (v, v)) >> tc.map(lambda a, b, c: a)
 
 
 def test_non_callable_function():

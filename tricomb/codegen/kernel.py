@@ -48,15 +48,17 @@ def kernel_parameters(p: KernelPlan) -> list[str]:
     return params
 
 
-def emit_offsets(w: Writer, index: str, groups: list[int], slots, tag: str) -> dict[str, str]:
-    """Split the index vector ``index`` over ``groups`` (outer to inner); one offset variable per slot."""
+def emit_offsets(w: Writer, index: str, groups: list[int], slots, tag: str,
+                 coords: dict[int, str] | None = None) -> dict[str, str]:
+    """Split the index vector ``index`` over ``groups`` (outer to inner); one offset variable per slot.
+    ``coords``, when given, receives each group's coordinate expression."""
     offsets = {}
     if not groups:
         for slot in slots:
             offsets[slot.name] = f"{tag}_{slot.name}"
             w.line(f"{tag}_{slot.name} = {index} * 0")
         return offsets
-    coords: dict[int, str] = {}
+    coords = {} if coords is None else coords
     rest = index
     for j, g in enumerate(reversed(groups)):
         if j == len(groups) - 1:
@@ -88,15 +90,15 @@ def emit_loads(w: Writer, p: KernelPlan, slots, address: dict[str, str], mask: s
 
 
 def emit_stages(w: Writer, ctx: ScalarContext, p: KernelPlan, stages: tuple[Stage, ...], first: int,
-                stream: Value | None, values: dict[str, Value], shape: str) -> Value:
-    """Apply the map/zip_with ``stages`` (pipeline positions from ``first``) to ``stream``; return the result."""
+                stream: list[Value], values: dict[str, Value], shape: str) -> list[Value]:
+    """Apply the map/zip_with ``stages`` (pipeline positions from ``first``) to the stream's fields; return the
+    resulting fields. A stage's function takes the stream's fields, then the inputs the stage brings in."""
     owners = input_stages(p.pipeline)
     for offset, stage in enumerate(stages):
         index = first + offset
         new = [values[f"in{i}"] for i, owner in enumerate(owners) if owner == index]
-        args = new if stream is None else [stream] + ([] if isinstance(stage, Map) else new)
         w.comment(f"stage {index}: {stage_text(stage)}")
-        stream = emit_function(w, ctx, stage.fn, args, shape)[0]
+        stream = emit_function(w, ctx, stage.fn, stream + new, shape)
     return stream
 
 
@@ -109,8 +111,18 @@ def emit_combine_function(w: Writer, ctx: ScalarContext, name: str, p: KernelPla
         w.line(f"return {result.text}.to({tl_dtype(p.acc_dtype)})")
 
 
-def _store(w: Writer, p: KernelPlan, value: Value, address: str, mask: str) -> None:
-    w.line(f"tl.store(out + {address}, {value.text}.to({tl_dtype(p.output.dtype)}), mask={mask})")
+def _store(w: Writer, p: KernelPlan, values: list[Value], addresses: dict[str, str], mask: str,
+           coords: dict[int, str] | None = None) -> None:
+    """Store each result field at its address. With ``coords`` (elementwise plans), a field computed from only
+    some of the inputs is smaller than the iteration space (torch's shape for it): along a dimension group where
+    its stride is 0, only coordinate 0 stores, so no element is written twice."""
+    every = frozenset(range(len(p.inputs)))
+    for slot, value, inputs in zip(p.outputs, values, p.field_inputs):
+        where = mask
+        if coords is not None and inputs != every:
+            where += "".join(f" & (({group_stride(slot, g)} != 0) | ({c} == 0))" for g, c in sorted(coords.items()))
+        w.line(f"tl.store({slot.name} + {addresses[slot.name]}, {value.text}.to({tl_dtype(slot.dtype)}), "
+               f"mask={where})")
 
 
 def _program_ids(w: Writer, names: list[str]) -> None:
@@ -128,10 +140,11 @@ def emit_map_body(w: Writer, ctx: ScalarContext, p: KernelPlan) -> None:
     w.line("idx = pid * BLOCK + tl.arange(0, BLOCK)")
     w.line("mask = idx < numel")
     groups = list(range(len(p.binding.groups)))
-    offsets = emit_offsets(w, "idx", groups, p.slots, "o")
+    coords: dict[int, str] = {}
+    offsets = emit_offsets(w, "idx", groups, p.slots, "o", coords)
     values = emit_loads(w, p, p.inputs, offsets, "mask")
     result = emit_stages(w, ctx, p, p.before, 0, _first_stream(p, values), values, "[BLOCK]")
-    _store(w, p, result, offsets["out"], "mask")
+    _store(w, p, result, offsets, "mask", coords)
 
 
 def _split_groups(p: KernelPlan) -> tuple[list[int], list[int]]:
@@ -144,16 +157,17 @@ def _tile_address(rows: dict[str, str], ks: dict[str, str], slots) -> dict[str, 
     return {s.name: f"({rows[s.name]}[:, None] + {ks[s.name]}[None, :])" for s in slots}
 
 
-def _first_stream(p: KernelPlan, values: dict[str, Value]) -> Value | None:
-    """The stream entering stage 0: input 0 itself, unless stage 0 is a zip_with that takes its inputs."""
-    return None if isinstance(p.pipeline.stages[0], ZipWith) else values["in0"]
+def _first_stream(p: KernelPlan, values: dict[str, Value]) -> list[Value]:
+    """The stream entering stage 0: nothing when stage 0 is a map or zip_with (it takes its inputs as new ones),
+    else input 0 itself (a pipeline that starts with its reduce or scan)."""
+    return [] if isinstance(p.pipeline.stages[0], (Map, ZipWith)) else [values["in0"]]
 
 
 def _before_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: str) -> Value:
     """Inside the loop over K: load the inputs that join before the combine and apply the stages before it."""
     before = [s for s in p.inputs if not s.after]
     values = emit_loads(w, p, before, _tile_address(rows, ks, before), mask)
-    return emit_stages(w, ctx, p, p.before, 0, _first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
+    return emit_stages(w, ctx, p, p.before, 0, _first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")[0]
 
 
 def tile_reduce(ctx: ScalarContext, p: KernelPlan, tile: str, axis: int, combine: str) -> str:
@@ -191,14 +205,15 @@ def _identity(p: KernelPlan) -> str:
     return render_const(p.identity)
 
 
-def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, var: str, address, mask: str, shape: str) -> Value:
+def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, var: str, address, mask: str,
+                   shape: str) -> list[Value]:
     """Stages after the reduce/scan, with the inputs that join there loaded at ``address``."""
     after = [s for s in p.inputs if s.after]
     values = emit_loads(w, p, after, address, mask)
     b = p.binding
     rank = b.rank - len(b.axes) if p.kind == "reduce" and not p.combine.keepdim else b.rank
     stream = Value(var, p.combined_dtype, rank == 0)
-    return emit_stages(w, ctx, p, p.after, len(p.before) + 1, stream, values, shape)
+    return emit_stages(w, ctx, p, p.after, len(p.before) + 1, [stream], values, shape)
 
 
 _NO_INDEX = "9223372036854775807"  # int64 max: loses every tie, so masked lanes are never chosen
@@ -265,7 +280,7 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
     if isinstance(p.combine, Reduce) and p.combine.mean:
         w.line("total = total / K", comment="mean: divide by the number of elements combined")
     value = _after_combine(w, ctx, p, "total_i" if p.index else "total", rows, "keep", "[BLOCK_M]")
-    _store(w, p, value, rows["out"], "keep")
+    _store(w, p, value, rows, "keep")
 
 
 def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
@@ -291,7 +306,7 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
         ctx.use_helpers(["tc_last"])
         address = _tile_address(rows, ks, p.slots)
         value = _after_combine(w, ctx, p, "scanned", address, "mask", "[BLOCK_M, BLOCK_K]")
-        _store(w, p, value, address["out"], "mask")
+        _store(w, p, value, address, "mask")
 
 
 def emit_kernel(w: Writer, ctx: ScalarContext, p: KernelPlan, name: str, combine: str | None) -> None:

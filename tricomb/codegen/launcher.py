@@ -32,6 +32,15 @@ def _num_sms(device):
     return _NUM_SMS[device]
 
 
+def _empty(shape, order, dtype, device):
+    """A new tensor of ``shape`` laid out with its dimensions in ``order`` (outer to inner), as torch lays out
+    the result of an elementwise op on permuted inputs."""
+    if list(order) == sorted(order):
+        return torch.empty(shape, dtype=dtype, device=device)
+    inverse = sorted(range(len(order)), key=lambda d: order[d])
+    return torch.empty([shape[d] for d in order], dtype=dtype, device=device).permute(inverse)
+
+
 def _check_inputs(inputs, dtypes, ranks):
     """The dtypes and ranks this module was generated for."""
     for i, (t, dtype, rank) in enumerate(zip(inputs, dtypes, ranks)):
@@ -93,6 +102,15 @@ def _strides_line(w: Writer, p: KernelPlan, slot) -> None:
         w.line(f"st_{slot.name}.insert(axis, 0)", comment="a reduced axis: the same element for every k")
 
 
+def _field_shape(p: KernelPlan, inputs: frozenset[int]) -> str:
+    """A result field's shape: the broadcast of the inputs it is computed from (elementwise plans); the stream's
+    shape after a reduce or scan."""
+    before = frozenset(i for i, s in enumerate(p.inputs) if not s.after)
+    if p.kind != "map" or inputs == before:
+        return "out_shape"
+    return f"torch.broadcast_shapes({', '.join(f'{p.inputs[i].name}.shape' for i in sorted(inputs))})"
+
+
 def _product(terms: list[str]) -> str:
     return " * ".join(terms) if terms else "1"
 
@@ -102,15 +120,22 @@ def emit_launch(w: Writer, p: KernelPlan, kernel: str) -> None:
     b = p.binding
     ins = [s.name for s in p.inputs]
     before = [s.name for s in p.inputs if not s.after]
+    outs = [s.name for s in p.outputs]
+    result = outs[0] if len(outs) == 1 else f"({', '.join(outs)},)"
     with w.block(f"def launch({', '.join(ins)}, *, out=None, _checked=False, **overrides):"):
-        w.line(f'"""{p.kind} kernel: returns a new {str(p.output.dtype)[6:]} tensor, or fills ``out``. '
-               f'``overrides`` replace schedule entries."""')
+        kinds = ", ".join(str(s.dtype)[6:] for s in p.outputs)
+        w.line(f'"""{p.kind} kernel: returns new tensors ({kinds}), or fills ``out`` (a tensor, or a tuple of them for '
+               f'several results). ``overrides`` replace schedule entries."""')
         with w.block("if not _checked:"):
             w.line(f"_check_inputs(({', '.join(ins)},), {tuple(b.dtypes)!r}, {tuple(b.ranks)!r})")
         w.line(f"shape = torch.broadcast_shapes({', '.join(f'{n}.shape' for n in before)})")
         w.line(f"out_shape = {_out_shape(p)}")
         with w.block("if out is None:"):
-            w.line(f"out = torch.empty(out_shape, dtype={p.output.dtype}, device=in0.device)")
+            for slot, order, inputs in zip(p.outputs, b.out_orders, p.field_inputs):
+                w.line(f"{slot.name} = _empty({_field_shape(p, inputs)}, {order!r}, {slot.dtype}, in0.device)")
+        if len(outs) > 1:
+            with w.block("else:"):
+                w.line(f"{', '.join(outs)} = out")
         for slot in p.slots:
             _strides_line(w, p, slot)
         groups = list(enumerate(b.groups))
@@ -124,8 +149,8 @@ def emit_launch(w: Writer, p: KernelPlan, kernel: str) -> None:
                 w.line(f"{group_stride(slot, g)} = st_{slot.name}[{grp.dims[-1]}]")
         w.line(f"M = {_product([group_size(g) for g, grp in groups if grp.kind == 'kept'])}")
         w.line(f"K = {_product([group_size(g) for g, grp in groups if grp.kind == 'reduced'])}")
-        with w.block("if out.numel() == 0:"):
-            w.line("return out", comment="nothing to compute: launch no empty grid")
+        with w.block(f"if {outs[0]}.numel() == 0:"):
+            w.line(f"return {result}", comment="nothing to compute: launch no empty grid")
         w.line(f"wide = _needs_int64(shape, [{', '.join(f'st_{s.name}' for s in p.slots)}])")
         w.line("interpret = not in0.is_cuda")
         with w.block(f"if interpret and not isinstance({kernel}, InterpretedFunction):"):
@@ -133,7 +158,7 @@ def emit_launch(w: Writer, p: KernelPlan, kernel: str) -> None:
             w.line('                   "module was imported; set TRITON_INTERPRET=1 before importing triton, or pass "')
             w.line('                   "CUDA tensors")')
         _emit_schedule_and_call(w, p, kernel, groups)
-        w.line("return out")
+        w.line(f"return {result}")
 
 
 def _emit_schedule_and_call(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
@@ -165,7 +190,8 @@ def _emit_schedule_and_call(w: Writer, p: KernelPlan, kernel: str, groups) -> No
                 w.line("partial_index = torch.empty(M * split, dtype=torch.int64, device=in0.device)")
             w.line("tickets = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']))")
         with w.block("else:"):
-            w.line(f"partials = {'partial_index = ' if p.index else ''}tickets = out", comment="unused without TICKET")
+            w.line(f"partials = {'partial_index = ' if p.index else ''}tickets = {p.outputs[0].name}",
+                   comment="unused without TICKET")
         values.update({"SPLIT": "split", "CHUNK": "chunk", "SPLIT_BLOCK: tl.constexpr": "triton.next_power_of_2(split)",
                        "TICKET: tl.constexpr": "split > 1"})
         grid = "(triton.cdiv(M, cfg['BLOCK_M']), split)"

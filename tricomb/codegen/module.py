@@ -24,7 +24,8 @@ from .writer import Names, Writer
 _SCHEDULES = {"map": schedule.schedule_map, "reduce": schedule.schedule_reduce, "scan": schedule.schedule_scan}
 _RESERVED = {"torch", "triton", "tl", "launch", "kernel", "combine", "schedule_map", "schedule_reduce",
              "schedule_scan", "_tickets", "_num_sms", "_needs_int64", "_TICKETS", "_NUM_SMS", "libdevice",
-             "TC_COMPILED", "_check_inputs", "_check_layout", "InterpretedFunction"}
+             "TC_COMPILED", "_check_inputs", "_check_layout", "InterpretedFunction",
+             "_empty"}
 
 
 def _functions(p: KernelPlan):

@@ -9,14 +9,15 @@ A contiguous input therefore becomes one group and a flat index; a transposed or
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import torch
 
-from ..errors import ArityError, DeviceError, DTypeError, ShapeError, TricombError
-from ..pipeline.evaluate import evaluate
-from ..pipeline.ir import PipelineIR, Reduce, Scan, ZipWith
-from ..pipeline.verify import iteration_axes
+from ..errors import ArityError, DeviceError, DTypeError, ShapeError, TricombError, UnsupportedError
+from ..pipeline.evaluate import evaluate_fields
+from ..pipeline.ir import PipelineIR, Reduce, Scan, new_inputs
+from ..pipeline.verify import check_callable, iteration_axes
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
                     torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -40,8 +41,9 @@ class Binding:
     joins_after: tuple[bool, ...]  # per input: joins after the reduce/scan
     rank: int  # rank of the iteration space
     axes: tuple[int, ...]  # reduced or scanned dimensions of the iteration space
-    groups: tuple[Group, ...]
-    out_dtype: torch.dtype
+    groups: tuple[Group, ...]  # in the order the kernel walks them, outer to inner
+    out_dtypes: tuple[torch.dtype, ...]  # per result field
+    out_orders: tuple[tuple[int, ...], ...]  # per result field: torch's memory order of its dimensions
     default_dtype: torch.dtype  # torch.get_default_dtype(): the dtype of Python floats meeting integers
 
 
@@ -56,15 +58,13 @@ def combine_stage(pipeline: PipelineIR) -> tuple[int, Reduce | Scan | None]:
 def input_stages(pipeline: PipelineIR) -> list[int]:
     """For each pipeline input, the index of the stage that brings it in."""
     owners: list[int] = []
-    for i, stage in enumerate(pipeline.stages):
-        if isinstance(stage, ZipWith):
-            owners += [i] * (stage.fn.arity if i == 0 else stage.fn.arity - 1)
-        elif i == 0:
-            owners.append(0)
+    for i, count in enumerate(new_inputs(pipeline.stages)):
+        owners += [i] * count
     return owners
 
 
 def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
+    check_callable(pipeline)
     expected = pipeline.num_inputs
     if len(tensors) != expected:
         raise ArityError(f"the pipeline takes {expected} input tensor(s) but was called with {len(tensors)}; "
@@ -127,13 +127,15 @@ def iteration_strides(t: torch.Tensor, shape: tuple[int, ...], after: bool, stag
     return tuple(strides)
 
 
-def coalesce(shape: tuple[int, ...], axes: tuple[int, ...], strides: list[tuple[int, ...]]) -> tuple[Group, ...]:
-    """Merge neighbouring dimensions of one kind whose strides make them one run in every tensor.
+def coalesce(shape: tuple[int, ...], axes: tuple[int, ...], strides: list[tuple[int, ...]],
+             order: tuple[int, ...] | None = None) -> tuple[Group, ...]:
+    """Merge dimensions of one kind, neighbours in the walk ``order`` (outer to inner; default: logical), whose
+    strides make them one run in every tensor.
 
     Size-1 dimensions are dropped: their index is always 0.
     """
     groups: list[tuple[str, list[int], int]] = []  # kind, dims (inner first), size so far
-    for d in reversed(range(len(shape))):
+    for d in reversed(order if order is not None else range(len(shape))):
         if shape[d] == 1:
             continue
         kind = "reduced" if d in axes else "kept"
@@ -148,17 +150,43 @@ def coalesce(shape: tuple[int, ...], axes: tuple[int, ...], strides: list[tuple[
     return tuple(Group(kind, tuple(reversed(dims))) for kind, dims, _ in reversed(groups))
 
 
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One field of torch's result: its shape, strides and dtype (from a meta evaluation)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        """Its dimensions from outermost to innermost in memory (torch keeps a permuted layout for elementwise
+        results of permuted inputs, and gives reductions and scans contiguous ones)."""
+        return tuple(sorted(range(len(self.shape)), key=lambda d: (-self.stride[d], d)))
+
+
 @functools.lru_cache(maxsize=4096)
-def result_dtype(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], torch.dtype], ...],
-                 default: torch.dtype) -> torch.dtype:
-    """torch's result dtype for ``pipeline`` on inputs of these shapes and dtypes (evaluated on meta tensors);
+def result_fields(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], tuple[int, ...], torch.dtype], ...],
+                  default: torch.dtype) -> tuple[Field, ...]:
+    """torch's result for ``pipeline`` on inputs of these shapes, strides and dtypes, evaluated on meta tensors;
     ``default`` is torch's default dtype, which decides the dtype of Python floats meeting integers."""
-    return evaluate(pipeline, [torch.empty(shape, dtype=dtype, device="meta") for shape, dtype in inputs],
-                    explain_errors=True).dtype
+    metas = [torch.empty_strided(shape, stride, dtype=dtype, device="meta") for shape, stride, dtype in inputs]
+    fields = evaluate_fields(pipeline, metas, explain_errors=True)
+    return tuple(Field(tuple(t.shape), tuple(t.stride()), t.dtype) for t in fields)
 
 
-def bind(pipeline: PipelineIR, tensors: tuple, out: torch.Tensor | None = None) -> tuple[Binding, tuple[int, ...]]:
-    """Check ``tensors`` (and ``out``) against ``pipeline``; return their layout class and the result's shape.
+def _iteration_order(fields: tuple[Field, ...], rank: int, stage) -> tuple[int, ...]:
+    """The order (outer to inner) in which the kernel walks the iteration space's dimensions: for an elementwise
+    plan, the memory order of the first full-rank result, so a permuted input and its permuted result are both
+    walked contiguously; otherwise the logical order (argmax's positions are row-major)."""
+    full = [f for f in fields if len(f.shape) == rank]
+    if stage is not None or not full:
+        return tuple(range(rank))
+    return full[0].order
+
+
+def bind(pipeline: PipelineIR, tensors: tuple, out=None) -> tuple[Binding, tuple[Field, ...]]:
+    """Check ``tensors`` (and ``out``) against ``pipeline``; return their layout class and torch's result fields.
 
     Raises :class:`TricombError` subclasses for a wrong number of inputs, non-tensors, unsupported dtypes,
     mixed devices, shapes that do not broadcast, axes out of range, and an ``out`` that does not fit.
@@ -177,35 +205,72 @@ def bind(pipeline: PipelineIR, tensors: tuple, out: torch.Tensor | None = None) 
             raise ShapeError(f"an input of shape {tuple(t.shape)} joins a stream of shape {reduced} after the "
                              "reduce/scan and would grow it; inputs added there must broadcast to the stream's "
                              "shape", pipeline.stages[owner].location)
-    dtype = result_dtype(pipeline, tuple((tuple(t.shape), t.dtype) for t in tensors), torch.get_default_dtype())
-    if out is not None:
-        check_out(out, reduced, dtype, tensors)
+    fields = result_fields(pipeline, tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in tensors),
+                           torch.get_default_dtype())
+    _check_field_shapes(pipeline, fields, reduced, stage)
+    outs = check_out(out, fields, tensors) if out is not None else \
+        [torch.empty_strided(f.shape, f.stride, dtype=f.dtype, device="meta") for f in fields]
     strides = [iteration_strides(t, shape, a, stage, axes) for t, a in zip(tensors, after)]
-    out_like = out if out is not None else torch.empty(reduced, dtype=dtype, device="meta")
-    strides.append(iteration_strides(out_like, shape, True, stage, axes))
+    strides += [iteration_strides(o, shape, True, stage, axes) for o in outs]
+    order = _iteration_order(fields, len(shape), stage)
     binding = Binding(tensors[0].device.type, tuple(t.dtype for t in tensors), tuple(t.dim() for t in tensors),
-                      after, len(shape), axes, coalesce(shape, axes, strides), dtype, torch.get_default_dtype())
-    return binding, reduced
+                      after, len(shape), axes, coalesce(shape, axes, strides, order), tuple(f.dtype for f in fields),
+                      tuple(f.order for f in fields), torch.get_default_dtype())
+    return binding, fields
 
 
-def check_out(out, shape: tuple[int, ...], dtype: torch.dtype, tensors: tuple) -> None:
-    """``out=`` must be a tensor of the result's shape, dtype and device, sharing no memory with an input."""
+def _check_field_shapes(pipeline: PipelineIR, fields: tuple[Field, ...], stream: tuple[int, ...], stage) -> None:
+    """After a reduce or scan every field has the stream's shape (a field that bypasses the combine, such as an
+    input passed through unchanged, is not compiled yet)."""
+    if stage is None:
+        if math.prod(stream) == 0 and any(math.prod(f.shape) for f in fields):
+            raise UnsupportedError("the inputs broadcast to an empty shape, but a result field computed from only "
+                                   "some of them is not empty; compute that field in a separate pipeline",
+                                   pipeline.stages[-1].location)
+        return
+    for k, f in enumerate(fields):
+        if f.shape != stream:
+            raise UnsupportedError(f"result field {k} has shape {f.shape}, not the reduced/scanned stream's {stream}: "
+                                   "after a reduce or scan every result must come from the combined stream. Return "
+                                   "it from a separate pipeline", pipeline.stages[-1].location)
+
+
+def check_out(out, fields: tuple[Field, ...], tensors: tuple) -> list[torch.Tensor]:
+    """``out=`` must hold the result: a tensor of its shape, dtype and device (a tuple of them for a tuple
+    result), sharing no memory with an input or with each other. Returns the tensors, one per field."""
+    if len(fields) > 1:
+        if not isinstance(out, (tuple, list)) or len(out) != len(fields):
+            raise TricombError(f"the result is a {len(fields)}-tuple of tensors, so out= must be a tuple of "
+                               f"{len(fields)} tensors, got {type(out).__name__}")
+        outs = list(out)
+    else:
+        outs = [out]
+    for k, (o, f) in enumerate(zip(outs, fields)):
+        _check_one_out(o, f, tensors, "out=" if len(fields) == 1 else f"out[{k}]")
+    pointers = [o.untyped_storage().data_ptr() for o in outs if o.numel()]
+    if len(set(pointers)) != len(pointers):
+        raise TricombError("two tensors of out= share memory; pass a separate tensor for each result")
+    return outs
+
+
+def _check_one_out(out, field: Field, tensors: tuple, name: str) -> None:
+    shape, dtype = field.shape, field.dtype
     if not isinstance(out, torch.Tensor):
-        raise TricombError(f"out= must be a torch.Tensor, got {type(out).__name__}")
+        raise TricombError(f"{name} must be a torch.Tensor, got {type(out).__name__}")
     if tuple(out.shape) != shape:
-        raise ShapeError(f"out= has shape {tuple(out.shape)} but the result has shape {shape}; allocate it with "
+        raise ShapeError(f"{name} has shape {tuple(out.shape)} but the result has shape {shape}; allocate it with "
                          f"torch.empty({shape}, dtype={dtype})")
     if out.dtype != dtype:
-        raise DTypeError(f"out= has dtype {out.dtype} but the result's dtype is {dtype}; allocate it with "
+        raise DTypeError(f"{name} has dtype {out.dtype} but the result's dtype is {dtype}; allocate it with "
                          f"dtype={dtype}")
     if out.requires_grad and torch.is_grad_enabled():
-        raise DTypeError("out= requires grad; tricomb writes it without recording autograd. Pass a tensor that "
+        raise DTypeError(f"{name} requires grad; tricomb writes it without recording autograd. Pass a tensor that "
                          "does not require grad")
     if out.device != tensors[0].device:
-        raise DeviceError(f"out= is on {out.device} but the inputs are on {tensors[0].device}; allocate it there")
+        raise DeviceError(f"{name} is on {out.device} but the inputs are on {tensors[0].device}; allocate it there")
     if out.numel() and any(t.numel() and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
                            for t in tensors):
-        raise TricombError("out= shares memory with an input; results never alias inputs. Pass a fresh tensor")
+        raise TricombError(f"{name} shares memory with an input; results never alias inputs. Pass a fresh tensor")
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride())):
-        raise ShapeError("out= has a zero stride (an expanded tensor), so elements would overwrite each other; "
+        raise ShapeError(f"{name} has a zero stride (an expanded tensor), so elements would overwrite each other; "
                          "pass a tensor that owns one slot per element")

@@ -18,6 +18,7 @@ import torch
 
 from ..errors import DTypeError
 from ..pipeline.evaluate import evaluate
+from ..pipeline.fields import field_inputs
 from ..pipeline.printer import stage_text as stage_name
 from ..pipeline.ir import PipelineIR, Reduce, Scan, Stage
 from ..pipeline.verify import operator_spec
@@ -43,7 +44,8 @@ class KernelPlan:
     pipeline: PipelineIR
     binding: Binding
     inputs: tuple[Slot, ...]
-    output: Slot
+    outputs: tuple[Slot, ...]  # one per result field: ``out``, or ``out0``, ``out1``, ... for a tuple
+    field_inputs: tuple[frozenset[int], ...]  # per result field, the inputs it is computed from
     before: tuple[Stage, ...]  # stages applied before the reduce/scan (all of them for a map kernel)
     combine: Reduce | Scan | None
     after: tuple[Stage, ...]  # stages applied to the reduced or scanned values
@@ -85,7 +87,7 @@ class KernelPlan:
 
     @property
     def slots(self) -> tuple[Slot, ...]:
-        return self.inputs + (self.output,)
+        return self.inputs + self.outputs
 
 
 def _compute_dtype(dtypes) -> torch.dtype:
@@ -116,13 +118,14 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
     at, stage = combine_stage(pipeline)
     inputs = tuple(Slot(f"in{i}", dtype, after) for i, (dtype, after)
                    in enumerate(zip(binding.dtypes, binding.joins_after)))
-    output = Slot("out", binding.out_dtype, True)
+    names = ["out"] if len(binding.out_dtypes) == 1 else [f"out{k}" for k in range(len(binding.out_dtypes))]
+    outputs = tuple(Slot(name, dtype, True) for name, dtype in zip(names, binding.out_dtypes))
     kind = "map" if stage is None else ("reduce" if isinstance(stage, Reduce) else "scan")
     combined = combined_dtype(pipeline, binding, at) if stage is not None else None
     acc = compute_dtype(combined) if combined is not None else None
     if isinstance(stage, Reduce) and stage.index:
         acc = compute_dtype(_index_values_dtype(pipeline, binding, at))
-    return KernelPlan(kind, pipeline, binding, inputs, output, pipeline.stages[:at], stage,
+    return KernelPlan(kind, pipeline, binding, inputs, outputs, field_inputs(pipeline), pipeline.stages[:at], stage,
                       pipeline.stages[at + 1:], _compute_dtype(binding.dtypes), combined, acc)
 
 
@@ -138,7 +141,8 @@ def describe(p: KernelPlan) -> str:
              + (" (Triton interpreter)" if b.device_type == "cpu" else ""),
              "  inputs: " + ", ".join(f"{s.name} {str(s.dtype)[6:]} rank {r}" + (" (joins after)" if s.after else "")
                                       for s, r in zip(p.inputs, b.ranks)),
-             f"  output: {str(p.output.dtype)[6:]}; compute in {str(p.compute_dtype)[6:]}",
+             "  output" + ("s" if len(p.outputs) > 1 else "") + ": "
+             + ", ".join(f"{s.name} {str(s.dtype)[6:]}" for s in p.outputs) + f"; compute in {str(p.compute_dtype)[6:]}",
              "  iteration groups (outer to inner): "
              + (", ".join(f"{_group_kind(p, g)}{list(g.dims)}" for g in b.groups) or "none (a single element)")]
     if p.before:

@@ -13,7 +13,7 @@ import torch
 from ..errors import StageError, TricombError
 from ..scalar.builtins import OPS
 from ..scalar.ir import Function, JitCall, fold
-from .ir import Map, PipelineIR, Reduce, Scan, ZipWith
+from .ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from .verify import iteration_axes, operator_spec
 
 OpHook = Callable[[torch.Tensor], torch.Tensor]
@@ -114,13 +114,18 @@ def scan_tensor(stage: Scan, x: torch.Tensor) -> torch.Tensor:
 
 
 def evaluate(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: OpHook = _identity,
-             explain_errors: bool = False) -> torch.Tensor:
-    """The pipeline's result computed by torch, stage by stage.
+             explain_errors: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """The pipeline's result computed by torch, stage by stage: a tensor, or a tuple of tensors for a tuple
+    stream. With ``explain_errors``, an error torch raises for a stage becomes a :class:`StageError` naming it."""
+    fields = evaluate_fields(pipeline, inputs, after_op, explain_errors)
+    return fields[0] if len(fields) == 1 else tuple(fields)
 
-    With ``explain_errors``, an error torch raises for a stage becomes a :class:`StageError` naming the stage.
-    """
+
+def evaluate_fields(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: OpHook = _identity,
+                    explain_errors: bool = False) -> list[torch.Tensor]:
+    """:func:`evaluate`, always as a list of the result's fields."""
     pending = list(inputs)
-    stream = None
+    stream: list[torch.Tensor] = []
     for i, stage in enumerate(pipeline.stages):
         try:
             stream, pending = _evaluate_stage(stage, i, stream, pending, after_op)
@@ -128,21 +133,18 @@ def evaluate(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: OpHook 
             if not explain_errors or isinstance(exc, TricombError):
                 raise
             from .printer import stage_text
-            what = f"a stream of {tuple(stream.shape)} {str(stream.dtype)[6:]}" if i else "inputs " + ", ".join(
-                f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in inputs)
+            what = "a stream of " + ", ".join(f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in stream) if i else \
+                "inputs " + ", ".join(f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in inputs)
             raise StageError(f"torch rejects stage {i} ({stage_text(stage)}) on {what}: {exc}",
                              stage.location) from None
     return stream
 
 
-def _evaluate_stage(stage, i: int, stream, pending: list, after_op: OpHook):
-    """One stage: returns the new stream and the inputs not yet consumed."""
-    if isinstance(stage, Map):
-        return evaluate_function(stage.fn, [stream if i else pending[0]], after_op)[0], pending[0 if i else 1:]
-    if isinstance(stage, ZipWith):
-        take = stage.fn.arity if i == 0 else stage.fn.arity - 1
-        new = pending[:take]
-        return evaluate_function(stage.fn, new if i == 0 else [stream] + new, after_op)[0], pending[take:]
-    x = stream if i else pending[0]
+def _evaluate_stage(stage, i: int, stream: list, pending: list, after_op: OpHook):
+    """One stage: returns the new stream (its fields) and the inputs not yet consumed."""
+    if isinstance(stage, (Map, ZipWith)):
+        take = new_inputs((stage,))[0] if i == 0 else max(stage.fn.arity - len(stream), 0)
+        return evaluate_function(stage.fn, stream + pending[:take], after_op), pending[take:]
+    x = stream[0] if i else pending[0]
     combined = reduce_tensor(stage, x) if isinstance(stage, Reduce) else scan_tensor(stage, x)
-    return after_op(combined), pending[0 if i else 1:]
+    return [after_op(combined)], pending[0 if i else 1:]

@@ -78,10 +78,28 @@ class PipelineIR:
     @property
     def num_inputs(self) -> int:
         """How many tensors the pipeline takes."""
-        count = 0
-        for i, stage in enumerate(self.stages):
-            if isinstance(stage, ZipWith):
-                count += stage.fn.arity if i == 0 else stage.fn.arity - 1
-            elif i == 0:
-                count += 1
-        return count
+        return sum(new_inputs(self.stages))
+
+    @property
+    def width(self) -> int:
+        """How many fields the result has: 1 for a tensor, k for a k-tuple of tensors."""
+        return stream_widths(self.stages)[-1]
+
+
+def stream_widths(stages: tuple[Stage, ...]) -> list[int]:
+    """The number of fields of the stream after each stage (a map or zip_with returning a k-tuple makes k)."""
+    return [len(s.fn.outputs) if isinstance(s, (Map, ZipWith)) else 1 for s in stages]
+
+
+def new_inputs(stages: tuple[Stage, ...]) -> list[int]:
+    """How many pipeline inputs each stage brings in: the first stage takes its inputs (one, or a zip_with's
+    arity); a later zip_with takes the stream's fields as its first arguments and one input per further one."""
+    counts = []
+    width = 0
+    for i, (stage, after) in enumerate(zip(stages, stream_widths(stages))):
+        if i == 0:
+            counts.append(stage.fn.arity if isinstance(stage, ZipWith) else 1)
+        else:
+            counts.append(max(stage.fn.arity - width, 0) if isinstance(stage, ZipWith) else 0)
+        width = after
+    return counts

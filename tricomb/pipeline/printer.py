@@ -37,6 +37,7 @@ def function_text(fn: Function) -> str:
     names = [_PARAMS[i] if i < len(_PARAMS) else f"a{i}" for i in range(fn.arity)]
     params = names[0] if fn.arity == 1 else f"({', '.join(names)})"
     body = ", ".join(_expr(o, names) for o in fn.outputs)
+    body = f"({body})" if len(fn.outputs) > 1 else body
     return f"({params} -> {body})"
 
 

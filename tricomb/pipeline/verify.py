@@ -9,7 +9,7 @@ from ..errors import ArityError, AxisError, UnsupportedError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.ir import Arg, Call, Function
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
-from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith
+from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith, stream_widths
 
 
 def operator_spec(op: Function) -> OpSpec | None:
@@ -51,17 +51,18 @@ def _check_index_reduce(stage: Reduce, spec: OpSpec) -> None:
         raise UnsupportedError(f"{name} takes no dtype= (torch.{name} has none)", stage.location)
 
 
-def _check_function(stage: Stage, index: int) -> None:
+def _check_function(stage: Stage, index: int, width: int) -> None:
+    """``width``: the fields of the stream entering the stage (0 for the first stage)."""
     fn = stage.fn
-    name = type(stage).__name__
-    if len(fn.outputs) != 1:
-        raise UnsupportedError(f"{name} function {fn.name!r} returns {len(fn.outputs)} values; tuple streams are "
-                               "not supported yet: return one value", stage.location)
-    if isinstance(stage, Map) and fn.arity != 1:
-        raise ArityError(f"map's function {fn.name!r} takes {fn.arity} arguments but map passes one element; "
-                         "use zip_with for functions of several inputs", stage.location)
-    if isinstance(stage, ZipWith) and fn.arity < (1 if index == 0 else 2):
-        need = "at least one argument" if index == 0 else "at least two arguments (the stream and a new input)"
+    passes = "one element" if width <= 1 else f"a {width}-tuple stream's fields as {width} arguments"
+    if isinstance(stage, Map) and index > 0 and fn.arity != width:
+        fix = "use zip_with for functions of several inputs" if width <= 1 else \
+            f"give it {width} parameters, one per field"
+        raise ArityError(f"map's function {fn.name!r} takes {fn.arity} arguments but map passes {passes}; {fix}",
+                         stage.location)
+    if isinstance(stage, ZipWith) and fn.arity < width + 1:
+        need = "at least one argument" if index == 0 else \
+            f"at least {width + 1} arguments (the stream's {width} field(s) and a new input)"
         raise ArityError(f"zip_with's function {fn.name!r} takes {fn.arity} arguments; it needs {need}",
                          stage.location)
 
@@ -70,21 +71,36 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
     """Check ``pipeline`` and return it unchanged.
 
     Raises :class:`ArityError` for a function whose argument count does not fit its stage, and
-    :class:`UnsupportedError` for what this version cannot compile: tuple results, user-defined reduce/scan
-    operators, or more than one reduce or scan.
+    :class:`UnsupportedError` for what this version cannot compile: a reduce or scan of a tuple stream,
+    user-defined reduce/scan operators, or more than one reduce or scan.
     """
     combines = 0
+    widths = [0] + stream_widths(pipeline.stages)
     for i, stage in enumerate(pipeline.stages):
         if isinstance(stage, (Map, ZipWith)):
-            _check_function(stage, i)
+            _check_function(stage, i, widths[i])
             continue
         kind = "reduce" if isinstance(stage, Reduce) else "scan"
+        if widths[i] > 1:
+            raise UnsupportedError(f"this {kind} receives a {widths[i]}-tuple stream; reducing and scanning tuples "
+                                   "(operators of 2k arguments) is not supported yet. Reduce one field: map to it "
+                                   "first", stage.location)
         _check_operator(stage, kind)
         combines += 1
         if combines > 1:
             raise UnsupportedError(f"this {kind} is the pipeline's second reduce or scan; one pipeline holds at "
                                    "most one for now. Split it into two pipelines", stage.location)
     return pipeline
+
+
+def check_callable(pipeline: PipelineIR) -> None:
+    """What only a pipeline about to run must satisfy: a map that starts it takes one argument (a map of k
+    arguments is a fragment, to be composed after a stage returning a k-tuple)."""
+    first = pipeline.stages[0]
+    if isinstance(first, Map) and first.fn.arity != 1:
+        raise ArityError(f"map's function {first.fn.name!r} takes {first.fn.arity} arguments, but as the first stage "
+                         "map passes one element; put it after a stage that returns a "
+                         f"{first.fn.arity}-tuple, or use zip_with for functions of several inputs", first.location)
 
 
 def iteration_axes(stage: Reduce | Scan | None, rank: int) -> tuple[int, ...]:

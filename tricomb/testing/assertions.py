@@ -43,27 +43,45 @@ def mismatches(result: torch.Tensor, ref: Reference, compute: torch.dtype) -> to
     return ~(both_nan | (nan_ok & (close | same_inf | overflow | rounds_to_inf)))
 
 
-def assert_matches_torch(pipe, *inputs: torch.Tensor, result: torch.Tensor | None = None) -> torch.Tensor:
-    """Run ``pipe`` (unless ``result`` is given) and check it against the torch oracle: dtype, shape, values.
+def _layout(shape, stride) -> tuple[int, ...]:
+    """Strides of the dimensions longer than 1 (a size-1 dimension's stride is arbitrary)."""
+    return tuple(s for n, s in zip(shape, stride) if n > 1)
 
-    Raises AssertionError listing the first mismatching elements. Returns the result.
+
+def _check_field(pipe, got: torch.Tensor, ref: Reference, field, compute: torch.dtype, name: str) -> None:
+    if got.dtype != ref.dtype:
+        raise AssertionError(f"{pipe}: {name}dtype {got.dtype}, torch gives {ref.dtype}")
+    if tuple(got.shape) != tuple(ref.value.shape):
+        raise AssertionError(f"{pipe}: {name}shape {tuple(got.shape)}, torch gives {tuple(ref.value.shape)}")
+    if got.numel() > 1 and _layout(got.shape, got.stride()) != _layout(field.shape, field.stride):
+        raise AssertionError(f"{pipe}: {name}strides {got.stride()}, torch lays it out as {field.stride}")
+    bad = mismatches(got, ref, compute)
+    if bool(bad.any()):
+        where = bad.nonzero()[:5].tolist()
+        values = got.detach().cpu().to(torch.float64)
+        detail = "; ".join(f"at {tuple(i)}: got {values[tuple(i)].item()!r}, torch {ref.value[tuple(i)].item()!r}, "
+                           f"tolerance {tolerance(ref, compute)[tuple(i)].item():.3g}" for i in where)
+        raise AssertionError(f"{pipe}: {name}{int(bad.sum())} of {bad.numel()} elements differ from torch: {detail}")
+
+
+def assert_matches_torch(pipe, *inputs: torch.Tensor, result=None):
+    """Run ``pipe`` (unless ``result`` is given) and check it against the torch oracle: dtype, shape, layout
+    (strides, as torch's result has them) and values, of each field for a tuple result.
+
+    Raises AssertionError naming the first mismatching elements. Returns the result.
     """
     from ..lower.bind import bind
     from ..lower.fuse import plan
     if result is None:
         result = pipe(*inputs)
-    ref = reference(pipe, *inputs)
-    binding, _ = bind(pipe.ir, inputs)
+    refs = reference(pipe, *inputs)
+    binding, fields = bind(pipe.ir, inputs)
     compute = plan(pipe.ir, binding).compute_dtype
-    if result.dtype != ref.dtype:
-        raise AssertionError(f"{pipe}: dtype {result.dtype}, torch gives {ref.dtype}")
-    if tuple(result.shape) != tuple(ref.value.shape):
-        raise AssertionError(f"{pipe}: shape {tuple(result.shape)}, torch gives {tuple(ref.value.shape)}")
-    bad = mismatches(result, ref, compute)
-    if bool(bad.any()):
-        where = bad.nonzero()[:5].tolist()
-        got = result.detach().cpu().to(torch.float64)
-        detail = "; ".join(f"at {tuple(i)}: got {got[tuple(i)].item()!r}, torch {ref.value[tuple(i)].item()!r}, "
-                           f"tolerance {tolerance(ref, compute)[tuple(i)].item():.3g}" for i in where)
-        raise AssertionError(f"{pipe}: {int(bad.sum())} of {bad.numel()} elements differ from torch: {detail}")
+    if len(fields) == 1:
+        _check_field(pipe, result, refs, fields[0], compute, "")
+        return result
+    if not isinstance(result, tuple) or len(result) != len(fields):
+        raise AssertionError(f"{pipe}: expected a {len(fields)}-tuple of tensors, got {type(result).__name__}")
+    for k, (got, ref, field) in enumerate(zip(result, refs, fields)):
+        _check_field(pipe, got, ref, field, compute, f"field {k}: ")
     return result

@@ -15,8 +15,8 @@ import torch
 
 from ..lower.bind import bind
 from ..lower.fuse import plan
-from ..pipeline.evaluate import evaluate, evaluate_function, reduce_tensor, scan_tensor
-from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
+from ..pipeline.evaluate import evaluate_function, reduce_tensor, scan_tensor
+from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import operator_spec
 from ..scalar.trace import BUILTINS, to_function
 
@@ -60,48 +60,50 @@ def _length(stage, before: torch.Tensor, after: torch.Tensor) -> int:
     return before.numel() // after.numel() if after.numel() else before.numel()
 
 
-def reference(pipe, *inputs: torch.Tensor) -> Reference:
-    """Evaluate ``pipe`` (a Pipeline or PipelineIR) on ``inputs`` as the oracle does."""
+def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
+    """Evaluate ``pipe`` (a Pipeline or PipelineIR) on ``inputs`` as the oracle does: a :class:`Reference`, or
+    one per field for a pipeline whose result is a tuple."""
     ir = _ir(pipe)
-    binding, _ = bind(ir, inputs)
-    kernel_plan = plan(ir, binding)
-    compute = kernel_plan.compute_dtype
-    meta = evaluate(ir, [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in inputs])
+    binding, fields = bind(ir, inputs)
+    compute = plan(ir, binding).compute_dtype
 
     def rounded(t: torch.Tensor) -> torch.Tensor:
         return t.to(compute).to(torch.float64) if t.is_floating_point() else t
 
     # floats are evaluated in float64; integers and bools in their own dtype, exactly as torch computes them
     pending = [t.detach().cpu().to(torch.float64) if t.is_floating_point() else t.detach().cpu() for t in inputs]
-    value = scale = None
+    values: list[torch.Tensor] = []
+    scales: list[torch.Tensor] = []
     length = 1
-    for i, stage in enumerate(ir.stages):
+    for i, (stage, take) in enumerate(zip(ir.stages, new_inputs(ir.stages))):
+        new, pending = pending[:take], pending[take:]
         if isinstance(stage, (Map, ZipWith)):
-            if i == 0:
-                take = 1 if isinstance(stage, Map) else stage.fn.arity
-                args, pending = pending[:take], pending[take:]
-                scales = [_magnitude(a) for a in args]
-            else:
-                take = stage.fn.arity - 1
-                args, pending = [value] + pending[:take], pending[take:]
-                scales = [scale] + [_magnitude(a) for a in args[1:]]
-            steps: list[torch.Tensor] = []
-
-            def record(t: torch.Tensor) -> torch.Tensor:
-                t = rounded(t)
-                steps.append(_magnitude(t))
-                return t
-
-            value = evaluate_function(stage.fn, args, record)[0]
-            value = value.to(torch.float64) if value.is_floating_point() else value
-            shape = value.shape
-            scale = torch.stack([s.expand(shape) for s in scales + steps + [_magnitude(value)]]).amax(0)
+            values, scales = _apply(stage, values + new, scales + [_magnitude(a) for a in new], rounded)
             continue
-        if i == 0:
-            value, pending = pending[0], pending[1:]
-            scale = _magnitude(value)
-        before = value
-        value = rounded(reduce_tensor(stage, value) if isinstance(stage, Reduce) else scan_tensor(stage, value))
-        scale = torch.maximum(_magnitude(_combine_scale(stage, value, scale)), _magnitude(value))
-        length = max(1, _length(stage, before, value))
-    return Reference(value, scale, meta.dtype, length)
+        value, scale = (values[0], scales[0]) if i else (new[0], _magnitude(new[0]))
+        combined = rounded(reduce_tensor(stage, value) if isinstance(stage, Reduce) else scan_tensor(stage, value))
+        scale = torch.maximum(_magnitude(_combine_scale(stage, combined, scale)), _magnitude(combined))
+        values, scales = [combined], [scale]
+        length = max(1, _length(stage, value, combined))
+    refs = tuple(Reference(v, s, f.dtype, length) for v, s, f in zip(values, scales, fields))
+    return refs[0] if len(refs) == 1 else refs
+
+
+def _apply(stage, args: list[torch.Tensor], scales: list[torch.Tensor], rounded):
+    """A map or zip_with on the oracle's values: each op rounded to the compute dtype; each field's scale is the
+    largest magnitude among the arguments, the intermediates and the field itself."""
+    steps: list[torch.Tensor] = []
+
+    def record(t: torch.Tensor) -> torch.Tensor:
+        t = rounded(t)
+        steps.append(_magnitude(t))
+        return t
+
+    outputs = evaluate_function(stage.fn, args, record)
+    outputs = [v.to(torch.float64) if v.is_floating_point() else v for v in outputs]
+    out_scales = []
+    for v in outputs:
+        shape = v.shape
+        parts = [s for s in scales + steps if torch.broadcast_shapes(s.shape, shape) == shape]
+        out_scales.append(torch.stack([p.expand(shape) for p in parts + [_magnitude(v)]]).amax(0))
+    return outputs, out_scales

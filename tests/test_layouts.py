@@ -1,0 +1,30 @@
+"""Result layouts as torch's: an elementwise result of permuted inputs keeps their permutation (and the kernel
+walks memory in that order, so both sides stay contiguous); reductions and scans give contiguous results."""
+import torch
+
+import tricomb as tc
+from tricomb.testing import assert_matches_torch
+
+
+def test_elementwise_result_of_a_transposed_input_is_transposed_like_torch(device):
+    x = torch.randn(33, 17, device=device).t()
+    got = assert_matches_torch(tc.map(lambda v: v * 2.0), x)
+    assert got.stride() == (x * 2).stride() == (1, 17)
+    plan = str(tc.map(lambda v: v * 2.0).explain(x))
+    assert "iteration groups (outer to inner): kept[1, 0]" in plan  # one run over memory: a flat index
+
+
+def test_permuted_three_d_inputs_and_mixed_layouts(device):
+    x = torch.randn(4, 5, 6, device=device).permute(2, 0, 1)
+    y = torch.randn(6, 4, 5, device=device)
+    for pipe, args in [(tc.map(tc.exp), (x,)), (tc.zip_with(tc.add), (x, y)), (tc.zip_with(tc.add), (y, x)),
+                       (tc.zip_with(tc.mul), (x[:, :1], y))]:
+        assert_matches_torch(pipe, *args)
+
+
+def test_reductions_and_scans_are_contiguous_as_in_torch(device):
+    x = torch.randn(4, 5, 6, device=device).permute(2, 0, 1)
+    for pipe in [tc.sum(axis=1), tc.max(axis=(0, 2), keepdim=True), tc.cumsum(axis=1), tc.argmax(axis=2),
+                 tc.mean(axis=0) >> tc.map(tc.exp)]:
+        got = assert_matches_torch(pipe, x)
+        assert got.is_contiguous()

@@ -1,0 +1,38 @@
+"""Which pipeline inputs each field of the result depends on.
+
+torch gives each result field the broadcast shape of the tensors it was computed from: ``zip_with (x, y) ->
+(x, x + y)`` on x of shape (2,) and y of shape (2, 2) returns (2,) and (2, 2). The kernel iterates over the
+broadcast of all inputs, and each field is stored at its own shape: the broadcast of its inputs' shapes.
+"""
+from __future__ import annotations
+
+from ..scalar.ir import fold
+from .ir import Map, PipelineIR, ZipWith, new_inputs
+
+Inputs = frozenset[int]
+
+
+def _union(sets) -> Inputs:
+    return frozenset().union(*sets)
+
+
+def field_inputs(pipeline: PipelineIR) -> tuple[Inputs, ...]:
+    """For each field of ``pipeline``'s result, the indices of the inputs it is computed from.
+
+    Mirrors :func:`tricomb.pipeline.evaluate.evaluate`: an op's result broadcasts its tensor operands; a constant
+    returned by a function broadcasts with all the function's arguments; a reduce or scan depends on all of its
+    stream's inputs.
+    """
+    stream: list[Inputs] = []
+    taken = 0
+    for i, (stage, count) in enumerate(zip(pipeline.stages, new_inputs(pipeline.stages))):
+        new = [frozenset({taken + k}) for k in range(count)]
+        taken += count
+        if isinstance(stage, (Map, ZipWith)):
+            args = stream + new
+            outputs = fold(stage.fn, args, lambda _, operands: _union(o for o in operands
+                                                                        if isinstance(o, frozenset)))
+            stream = [o if isinstance(o, frozenset) else _union(args) for o in outputs]
+        else:
+            stream = [_union(stream + new)]
+    return tuple(stream)
