@@ -63,6 +63,44 @@ def _cases() -> list[Case]:
         Case("P7", "map square | sum | map sqrt (bf16)", lambda: [_randn(N, dtype=torch.bfloat16)],
              lambda: tc.parse("map square | sum | map sqrt"), lambda x: torch.linalg.vector_norm(x),
              {}, ">= 1.0x compile"),
+        Case("P12", "eight-op map/zip_with chain over 3 inputs", lambda: [_randn(N), _randn(N), _randn(N)],
+             lambda: tc.zip_with(_chain), lambda a, b, c: _chain_torch(a, b, c), {}, ">= 0.95x compile, >= 0.9 C"),
+    ] + _layout_cases()
+
+
+def _chain(a, b, c):
+    return tc.where(a > b, tc.exp(a - c) * b, tc.sigmoid(c) + a * b) / (1.0 + tc.abs(c))
+
+
+def _chain_torch(a, b, c):
+    return torch.where(a > b, torch.exp(a - c) * b, torch.sigmoid(c) + a * b) / (1.0 + torch.abs(c))
+
+
+def _copy_first(pipe_text: str, view):
+    """The plan tricomb does not take: copy the strided input to contiguous, then run on the copy."""
+    pipe = tc.parse(pipe_text)
+    return lambda x: pipe(view(x).contiguous())
+
+
+def _layout_cases() -> list[Case]:
+    """Strided inputs read in place, against copying them to contiguous first (the measured reason tricomb's plans
+    never copy: bind.py). Each "copy first" baseline computes the same result from a contiguous copy."""
+    side = 16384
+    F = torch.nn.functional
+    return [
+        Case("L1", "map softplus on a transposed input", lambda: [_randn(side, side).t()],
+             lambda: tc.map(tc.softplus), F.softplus, {"tricomb, copy first": _copy_first("map softplus", lambda x: x)},
+             "in place >= 1.0x copy first"),
+        Case("L2", "sum(axis=0): columns, the reduced axis strided", lambda: [_randn(side, side)],
+             lambda: tc.sum(axis=0), lambda x: x.sum(0),
+             {"tricomb, copy first": _copy_first("sum(axis=-1)", lambda x: x.t())}, "in place >= 1.0x copy first"),
+        Case("L3", "map softplus | sum of a transposed input", lambda: [_randn(side, side).t()],
+             lambda: tc.parse("map softplus | sum"), lambda x: F.softplus(x).sum(),
+             {"tricomb, copy first": _copy_first("map softplus | sum", lambda x: x)}, "in place >= 1.0x copy first"),
+        Case("L4", "cumsum(axis=0): scan along the strided axis", lambda: [_randn(side, side)],
+             lambda: tc.cumsum(axis=0), lambda x: torch.cumsum(x, 0),
+             {"tricomb, copy first": lambda x: tc.cumsum(axis=-1)(x.t().contiguous()).t()},
+             "in place >= 1.0x copy first"),
     ]
 
 

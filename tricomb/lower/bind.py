@@ -5,6 +5,10 @@ Each dimension is ``kept`` (it indexes the output) or ``reduced`` (combined by t
 tensor the kernel touches gets a stride for each dimension (0 where it broadcasts), and neighbouring dimensions
 of the same kind merge into one :class:`Group` when every tensor's strides allow it, as TensorIterator does.
 A contiguous input therefore becomes one group and a flat index; a transposed or sliced one keeps more.
+
+No input is ever copied to contiguous: the kernel reads strided, offset and expanded inputs where they lie, and
+walks dimensions in memory order where the result allows (:func:`_iteration_order`). The measured reason is in
+``bench/results/h200.md``, cases L1-L4: each compares reading in place with copying to contiguous first.
 """
 from __future__ import annotations
 
@@ -175,14 +179,23 @@ def result_fields(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], tup
     return tuple(Field(tuple(t.shape), tuple(t.stride()), t.dtype) for t in fields)
 
 
-def _iteration_order(fields: tuple[Field, ...], rank: int, stage) -> tuple[int, ...]:
-    """The order (outer to inner) in which the kernel walks the iteration space's dimensions: for an elementwise
-    plan, the memory order of the first full-rank result, so a permuted input and its permuted result are both
-    walked contiguously; otherwise the logical order (argmax's positions are row-major)."""
+def _iteration_order(fields: tuple[Field, ...], rank: int, stage, axes: tuple[int, ...],
+                     first: tuple[int, ...]) -> tuple[int, ...]:
+    """The order (outer to inner) in which the kernel walks the iteration space's dimensions.
+
+    Elementwise plans: the memory order of the first full-rank result, so a permuted input and its permuted
+    result are both walked contiguously. Reductions (not argmax/argmin, whose positions are row-major): the kept
+    dimensions in logical order (the result is contiguous), then the reduced ones in the memory order of the
+    first input ``first`` (its strides), so a transposed input is still summed as one contiguous run. Scans: the
+    logical order.
+    """
     full = [f for f in fields if len(f.shape) == rank]
-    if stage is not None or not full:
-        return tuple(range(rank))
-    return full[0].order
+    if stage is None:
+        return full[0].order if full else tuple(range(rank))
+    if isinstance(stage, Reduce) and not stage.index:
+        kept = [d for d in range(rank) if d not in axes]
+        return tuple(kept + sorted(axes, key=lambda d: (-abs(first[d]), d)))
+    return tuple(range(rank))
 
 
 def bind(pipeline: PipelineIR, tensors: tuple, out=None) -> tuple[Binding, tuple[Field, ...]]:
@@ -212,7 +225,7 @@ def bind(pipeline: PipelineIR, tensors: tuple, out=None) -> tuple[Binding, tuple
         [torch.empty_strided(f.shape, f.stride, dtype=f.dtype, device="meta") for f in fields]
     strides = [iteration_strides(t, shape, a, stage, axes) for t, a in zip(tensors, after)]
     strides += [iteration_strides(o, shape, True, stage, axes) for o in outs]
-    order = _iteration_order(fields, len(shape), stage)
+    order = _iteration_order(fields, len(shape), stage, axes, strides[0])
     binding = Binding(tensors[0].device.type, tuple(t.dtype for t in tensors), tuple(t.dim() for t in tensors),
                       after, len(shape), axes, coalesce(shape, axes, strides, order), tuple(f.dtype for f in fields),
                       tuple(f.order for f in fields), torch.get_default_dtype())
