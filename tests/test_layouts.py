@@ -28,3 +28,11 @@ def test_reductions_and_scans_are_contiguous_as_in_torch(device):
                  tc.mean(axis=0) >> tc.map(tc.exp)]:
         got = assert_matches_torch(pipe, x)
         assert got.is_contiguous()
+
+
+def test_out_keeps_the_layout_it_was_given(device):
+    x = torch.randn(3, 4, device=device).t()
+    out = torch.empty(4, 3, device=device)
+    got = tc.map(tc.exp)(x, out=out)
+    assert got is out and out.stride() == (3, 1)
+    assert_matches_torch(tc.map(tc.exp), x, result=got, check_layout=False)
