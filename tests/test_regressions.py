@@ -229,3 +229,21 @@ def test_env_function_returning_a_list_points_at_the_function():
 def test_ops_torch_refuses_for_a_dtype_are_refused_before_launch(fn):
     with pytest.raises(tc.DTypeError, match="torch says"):
         tc.map(fn)(torch.randn(4))
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_and_min_of_negative_zeros_keep_the_sign(device, name):
+    """Found by the property tests: the NaN-propagating tile max added ``nan * 0``, and -0.0 + 0.0 is +0.0."""
+    x = torch.tensor([-0.0, -0.0], device=device)
+    got = getattr(tc, name)()(x)
+    want = (torch.amax if name == "max" else torch.amin)(x.cpu())
+    assert torch.signbit(want).item() and torch.signbit(got).item()
+
+
+def test_an_integer_meeting_a_half_tensor_is_rounded_to_half_first(device):
+    """Found by the property tests: torch converts int32 2049 to float16 (2048) before comparing or adding."""
+    i = torch.tensor([2049, 4097, 7], dtype=torch.int32, device=device)
+    h = torch.tensor([2048.0, 4096.0, 7.0], dtype=torch.float16, device=device)
+    assert tc.zip_with(tc.eq)(i, h).tolist() == (i.cpu() == h.cpu()).tolist() == [True, True, True]
+    got = tc.zip_with(tc.add)(i, h)
+    assert got.dtype == torch.float16 and torch.equal(got.cpu(), i.cpu() + h.cpu())

@@ -14,7 +14,7 @@ from ..lower.fuse import KernelPlan, Slot
 from ..pipeline.ir import Map, Reduce, Stage, ZipWith
 from ..pipeline.printer import stage_text
 from ..scalar.dtypes import compute_dtype
-from .scalar import ScalarContext, Value, emit_function, render_const, tl_dtype
+from .scalar import ScalarContext, Value, emit_function, render_const, tl_dtype, to_storage
 from .writer import Writer
 
 def group_size(g: int) -> str:
@@ -111,7 +111,7 @@ def emit_combine_function(w: Writer, ctx: ScalarContext, name: str, p: KernelPla
         w.line(f"return {result.text}.to({tl_dtype(p.acc_dtype)})")
 
 
-def _store(w: Writer, p: KernelPlan, values: list[Value], addresses: dict[str, str], mask: str,
+def _store(w: Writer, ctx: ScalarContext, p: KernelPlan, values: list[Value], addresses: dict[str, str], mask: str,
            coords: dict[int, str] | None = None) -> None:
     """Store each result field at its address. With ``coords`` (elementwise plans), a field computed from only
     some of the inputs is smaller than the iteration space (torch's shape for it): along a dimension group where
@@ -121,7 +121,7 @@ def _store(w: Writer, p: KernelPlan, values: list[Value], addresses: dict[str, s
         where = mask
         if coords is not None and inputs != every:
             where += "".join(f" & (({group_stride(slot, g)} != 0) | ({c} == 0))" for g, c in sorted(coords.items()))
-        w.line(f"tl.store({slot.name} + {addresses[slot.name]}, {value.text}.to({tl_dtype(slot.dtype)}), "
+        w.line(f"tl.store({slot.name} + {addresses[slot.name]}, {to_storage(ctx, value.text, slot.dtype)}, "
                f"mask={where})")
 
 
@@ -144,7 +144,7 @@ def emit_map_body(w: Writer, ctx: ScalarContext, p: KernelPlan) -> None:
     offsets = emit_offsets(w, "idx", groups, p.slots, "o", coords)
     values = emit_loads(w, p, p.inputs, offsets, "mask")
     result = emit_stages(w, ctx, p, p.before, 0, _first_stream(p, values), values, "[BLOCK]")
-    _store(w, p, result, offsets, "mask", coords)
+    _store(w, ctx, p, result, offsets, "mask", coords)
 
 
 def _split_groups(p: KernelPlan) -> tuple[list[int], list[int]]:
@@ -187,7 +187,7 @@ def tile_scan(p: KernelPlan, tile: str, axis: int, combine: str) -> str:
     return spec.tile_scan.format(tile, axis)
 
 
-def _to_accumulator(p: KernelPlan, value: Value) -> str:
+def _to_accumulator(ctx: ScalarContext, p: KernelPlan, value: Value) -> str:
     """The stream value in the accumulator's dtype; through the stage's ``dtype=`` first, which rounds (or wraps)
     as torch's conversion before the combine does. torch converts to float16/bfloat16 through float32 (c10's
     Half and BFloat16 are built from a float), and so does this, which also avoids Triton's interpreter's
@@ -197,7 +197,7 @@ def _to_accumulator(p: KernelPlan, value: Value) -> str:
     if wanted is not None and wanted != value.dtype and wanted != p.acc_dtype:
         if wanted in (torch.float16, torch.bfloat16):
             text = f"{text}.to(tl.float32)"
-        text = f"{text}.to({tl_dtype(wanted)})"
+        text = to_storage(ctx, text, wanted)
     return f"{text}.to({tl_dtype(p.acc_dtype)})"
 
 
@@ -253,7 +253,7 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
         ks = emit_offsets(w, "ks", reduced, [s for s in p.inputs if not s.after], "k")
         value = _before_combine(w, ctx, p, rows, ks, "mask")
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
-        step = f"tl.where(mask, {_to_accumulator(p, value)}, {ident})"
+        step = f"tl.where(mask, {_to_accumulator(ctx, p, value)}, {ident})"
         if p.index:
             w.line(f"acc, acc_i = {combine}(acc, acc_i, {step}, ks[None, :].to(tl.int64))")
         else:
@@ -280,7 +280,7 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
     if isinstance(p.combine, Reduce) and p.combine.mean:
         w.line("total = total / K", comment="mean: divide by the number of elements combined")
     value = _after_combine(w, ctx, p, "total_i" if p.index else "total", rows, "keep", "[BLOCK_M]")
-    _store(w, p, value, rows, "keep")
+    _store(w, ctx, p, value, rows, "keep")
 
 
 def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
@@ -299,14 +299,14 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
         ks = emit_offsets(w, "ks", reduced, p.slots, "k")
         value = _before_combine(w, ctx, p, rows, ks, "mask")
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
-        w.line(f"tile = tl.where(mask, {_to_accumulator(p, value)}, {ident})")
+        w.line(f"tile = tl.where(mask, {_to_accumulator(ctx, p, value)}, {ident})")
         w.line(f"scanned = {combine}(carry[:, None], {tile_scan(p, 'tile', 1, combine)})")
         w.line(f"carry = tc_last(scanned, BLOCK_K).to({acc})",
                comment="masked lanes hold the identity: the row's prefix so far")
         ctx.use_helpers(["tc_last"])
         address = _tile_address(rows, ks, p.slots)
         value = _after_combine(w, ctx, p, "scanned", address, "mask", "[BLOCK_M, BLOCK_K]")
-        _store(w, p, value, address, "mask")
+        _store(w, ctx, p, value, address, "mask")
 
 
 def emit_kernel(w: Writer, ctx: ScalarContext, p: KernelPlan, name: str, combine: str | None) -> None:

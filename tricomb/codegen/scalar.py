@@ -91,9 +91,24 @@ def _torch_dtype(expr: Call | JitCall, operands: list) -> torch.dtype:
     return OPS[expr.op].torch(*samples).dtype
 
 
-def _operand(value, target: torch.dtype, fill_shape: str | None) -> str:
-    """``value`` converted to the compute type ``target``: a constant as a literal, or, with ``fill_shape``, as a
-    tile of that shape (for helpers, which apply tensor methods to their arguments)."""
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def to_storage(ctx: "ScalarContext", text: str, dtype: torch.dtype) -> str:
+    """The compute-type expression ``text`` converted to ``dtype``; bfloat16 through :data:`tc_to_bf16`, which
+    rounds to nearest even under Triton's interpreter too (its own conversion truncates)."""
+    if dtype == torch.bfloat16:
+        ctx.use_helpers(["tc_to_bf16"])
+        return f"tc_to_bf16({text})"
+    return f"{text}.to({tl_dtype(dtype)})"
+
+
+def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | None) -> str:
+    """``value`` converted to torch's dtype ``dtype`` for the op, held in its compute type: a constant as a
+    literal, or, with ``fill_shape``, as a tile of that shape (for helpers, which apply tensor methods to their
+    arguments). A tensor value converted to float16 or bfloat16 is rounded to it first, as torch rounds an int32
+    meeting a float16 tensor (2049 becomes 2048) before computing in float32."""
+    target = compute_dtype(dtype)
     if not isinstance(value, Value):
         literal = render_const(float(value) if target.is_floating_point and not isinstance(value, bool)
                                else _wrapped(value, target))
@@ -102,9 +117,14 @@ def _operand(value, target: torch.dtype, fill_shape: str | None) -> str:
             bits, ints = (-2**63, "tl.int64") if target == torch.float64 else (-2**31, "tl.int32")
             return f"tl.full({fill_shape or '[1]'}, {bits}, {ints}).to({tl_dtype(target)}, bitcast=True)"
         return f"tl.full({fill_shape}, {literal}, {tl_dtype(target)})" if fill_shape else literal
+    text = value.text
+    if dtype in _HALF and value.dtype != dtype:
+        if compute_dtype(value.dtype) != torch.float32:
+            text = f"{text}.to(tl.float32)"  # through float32, as c10's Half and BFloat16 are built from a float
+        return f"{to_storage(ctx, text, dtype)}.to(tl.float32)"
     if compute_dtype(value.dtype) == target:
-        return value.text
-    return f"{value.text}.to({tl_dtype(target)})"
+        return text
+    return f"{text}.to({tl_dtype(target)})"
 
 
 def _wrapped(value, target: torch.dtype):
@@ -117,20 +137,20 @@ def _wrapped(value, target: torch.dtype):
 
 
 def _targets(expr: Call | JitCall, operands: list, result: torch.dtype) -> list[torch.dtype | None]:
-    """The compute type each operand is converted to (None: leave as is)."""
+    """torch's dtype each operand is converted to before the op (None: leave as is)."""
     if isinstance(expr, Call) and expr.op in _COMPARISONS:
         metas = [o.meta() if isinstance(o, Value) else o for o in operands]
         common = torch.result_type(*metas) if isinstance(metas[0], torch.Tensor) else \
             torch.result_type(metas[1], metas[0])
-        return [compute_dtype(common)] * len(operands)
+        return [common] * len(operands)
     if isinstance(expr, Call) and expr.op in _LOGICAL:
         return [None if isinstance(o, Value) else torch.float64 for o in operands]
     if isinstance(expr, Call) and expr.op == "where":
-        return [torch.bool] + [compute_dtype(result)] * 2
+        return [torch.bool] + [result] * 2
     if result == torch.bool:
         # bool arithmetic (True + True is True in torch) is done in int32, then converted back: != 0
         return [torch.int32] * len(operands)
-    return [compute_dtype(result)] * len(operands)
+    return [result] * len(operands)
 
 
 def emit_function(w: Writer, ctx: ScalarContext, fn: Function, args: list[Value], fill_shape: str) -> list[Value]:
@@ -144,7 +164,7 @@ def emit_function(w: Writer, ctx: ScalarContext, fn: Function, args: list[Value]
     for v in outputs:
         if not isinstance(v, Value):
             dtype = constant_dtype(v, [a.dtype for a in args], all(a.zero_dim for a in args))
-            v = Value(f"tl.full({fill_shape}, {_operand(v, compute_dtype(dtype), None)}, "
+            v = Value(f"tl.full({fill_shape}, {_operand(ctx, v, compute_dtype(dtype), None)}, "
                       f"{tl_dtype(compute_dtype(dtype))})", dtype, False)
         results.append(v)
     return results
@@ -162,7 +182,7 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
     helper_call = isinstance(expr, JitCall) or bool(OPS[expr.op].helpers)
     no_tensor = not any(isinstance(o, Value) for o in operands[-2:])
     texts = [o.text if isinstance(o, Value) and t is None else
-             _operand(o, t, fill_shape if helper_call or no_tensor else None)
+             _operand(ctx, o, t, fill_shape if helper_call or no_tensor else None)
              for o, t in zip(operands, _targets(expr, operands, dtype))]
     if isinstance(expr, Call) and expr.op == "pow" and not dtype.is_floating_point:
         raise DTypeError(f"pow of integers is not supported yet in function {fn.name!r}; make one operand a "

@@ -108,7 +108,8 @@ class _Build(lark.Transformer):
         if self.env:
             hint += f" (names given: {', '.join(sorted(self.env))})"
         if name in SHORTHANDS:
-            hint = f"; {name} is a stage of its own (`| {name}`), or the operator {OPERATOR_ALIASES.get(name, name)}"
+            hint = f"; {name} is a stage of its own (`| {name}`)" + (
+                f", and after reduce it names the operator {OPERATOR_ALIASES[name]}" if name in OPERATOR_ALIASES else "")
         raise UnknownNameError(f"unknown name {name!r}{hint}", self._where(token))
 
     # values

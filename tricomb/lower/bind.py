@@ -176,7 +176,9 @@ def result_fields(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], tup
     ``default`` is torch's default dtype, which decides the dtype of Python floats meeting integers."""
     metas = [torch.empty_strided(shape, stride, dtype=dtype, device="meta") for shape, stride, dtype in inputs]
     fields = evaluate_fields(pipeline, metas, explain_errors=True)
-    return tuple(Field(tuple(t.shape), tuple(t.stride()), t.dtype) for t in fields)
+    # a field that is an input passed through (an expanded one, say) is a new tensor laid out as torch's clone
+    fresh = [torch.empty_like(t) if any(t is m for m in metas) else t for t in fields]
+    return tuple(Field(tuple(t.shape), tuple(t.stride()), t.dtype) for t in fresh)
 
 
 def _iteration_order(fields: tuple[Field, ...], rank: int, stage, axes: tuple[int, ...],

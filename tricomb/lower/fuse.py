@@ -109,7 +109,7 @@ def _index_values_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torc
     if dtype == torch.bool:
         stage = pipeline.stages[at]
         raise DTypeError(f"{stage_name(stage)} does not take bool values, as torch's does not; map them to integers "
-                         "first (map (x -> x * 1))", stage.location)
+                         "first (tc.map(lambda v: v * 1))", stage.location)
     return dtype
 
 

@@ -168,6 +168,21 @@ def tc_minimum(a, b):
     # NaN-propagating minimum, as torch.minimum (tl.minimum drops NaN)
     return tl.where(a != a, a, tl.where(b != b, b, tl.minimum(a, b)))
 ''', ()),
+    "tc_to_bf16": ('''
+@triton.jit
+def tc_to_bf16(x):
+    # float32 -> bfloat16, rounded to nearest even, as torch. Compiled, Triton's conversion does this; Triton's
+    # interpreter truncates instead, so there the rounding is done on the bits (a NaN is kept a quiet NaN rather
+    # than rounded into an infinity)
+    if TC_COMPILED:
+        r = x.to(tl.bfloat16)
+    else:
+        bits = x.to(tl.uint32, bitcast=True)
+        rounded = bits + 0x7FFF + ((bits >> 16) & 1)
+        rounded = tl.where(x != x, bits | 0x400000, rounded)
+        r = ((rounded >> 16) << 16).to(tl.float32, bitcast=True).to(tl.bfloat16)
+    return r
+''', ("tc_compiled",)),
     "tc_last": ('''
 @triton.jit
 def tc_last(x, N: tl.constexpr):
@@ -180,14 +195,14 @@ def tc_last(x, N: tl.constexpr):
 def tc_max_over(x, AXIS: tl.constexpr):
     # NaN-propagating max along AXIS, as torch.amax (Triton's max drops NaN): NaN if any is NaN; any dtype
     nan = tl.reduce(tl.where(x != x, x, 0), AXIS, tl.standard._sum_combine)  # NaN or 0
-    return (tl.reduce(x, AXIS, tl.standard._elementwise_max) + nan * 0).to(x.dtype)
+    return tl.where(nan != nan, nan, tl.reduce(x, AXIS, tl.standard._elementwise_max)).to(x.dtype)  # keeps -0.0
 ''', ()),
     "tc_min_over": ('''
 @triton.jit
 def tc_min_over(x, AXIS: tl.constexpr):
     # NaN-propagating min along AXIS, as torch.amin (Triton's min drops NaN): NaN if any is NaN; any dtype
     nan = tl.reduce(tl.where(x != x, x, 0), AXIS, tl.standard._sum_combine)  # NaN or 0
-    return (tl.reduce(x, AXIS, tl.standard._elementwise_min) + nan * 0).to(x.dtype)
+    return tl.where(nan != nan, nan, tl.reduce(x, AXIS, tl.standard._elementwise_min)).to(x.dtype)  # keeps -0.0
 ''', ()),
 }
 

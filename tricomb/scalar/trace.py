@@ -13,8 +13,21 @@ from ..errors import ArityError, Location, TraceError, TricombError, caller_loca
 from .builtins import OPS, OpSpec
 from .ir import Arg, Call, Const, Expr, Function, JitCall, JitRef
 
-_BOOL_MESSAGE = ("a traced value was used as a Python bool (in if, and, or, not, while or a comparison chain); "
-                 "the value is not known until the kernel runs. Use tc.where(cond, a, b) instead")
+_BOOL_MESSAGE = ("a traced value was used as a Python bool (in if, and, or, not, while, a comparison chain, or "
+                 "Python's min/max); the value is not known until the kernel runs. Use tc.where(cond, a, b), "
+                 "tc.logical_and/tc.logical_or, or tc.minimum/tc.maximum instead")
+
+# Python operators with no builtin yet, and what to write instead
+_NO_OPERATOR = {"//": "tc.floor(a / b) (for floats)", "%": "a - tc.floor(a / b) * b (for floats)",
+                "&": "tc.logical_and(a, b) (for bools)", "|": "tc.logical_or(a, b) (for bools)",
+                "^": "a != b (for bools)", "~": "x == 0 (for bools)", "<<": "a * 2 ** n", ">>": "tc.floor(a / 2 ** n)"}
+
+
+def _unsupported(symbol: str):
+    def method(*_):
+        raise TraceError(f"the operator {symbol} has no tricomb builtin yet; write {_NO_OPERATOR[symbol]}",
+                         caller_location())
+    return method
 
 
 class Traced:
@@ -55,6 +68,15 @@ class Traced:
     def __neg__(self): return _apply("neg", self)
     def __pos__(self): return self
     def __abs__(self): return _apply("abs", self)
+
+    __floordiv__ = __rfloordiv__ = _unsupported("//")
+    __mod__ = __rmod__ = _unsupported("%")
+    __and__ = __rand__ = _unsupported("&")
+    __or__ = __ror__ = _unsupported("|")
+    __xor__ = __rxor__ = _unsupported("^")
+    __invert__ = _unsupported("~")
+    __lshift__ = __rlshift__ = _unsupported("<<")
+    __rshift__ = __rrshift__ = _unsupported(">>")
 
     # comparisons
     def __lt__(self, o): return _apply("lt", self, o)
