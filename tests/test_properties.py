@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from tricomb.errors import TricombError
 from tricomb.pipeline.evaluate import evaluate
 from tricomb.testing import assert_matches_torch, schedule_overrides
-from tricomb.testing.strategies import (ALL_DTYPES, INT_DTYPES, Case, combines, dtypes, elementwise_cases,
-                                        integer_pipelines_and_inputs, laid_out, pipelines_and_inputs, shapes,
-                                        tensors)
+from tricomb.testing.strategies import (ALL_DTYPES, INDEX_REDUCTIONS, INT_DTYPES, LOGICAL_REDUCTIONS, Case,
+                                        combines, dtypes, elementwise_cases, integer_pipelines_and_inputs,
+                                        laid_out, pipelines_and_inputs, shapes, tensors)
 
 from conftest import DEVICES
 
@@ -92,7 +92,8 @@ def _single_combines(draw):
     while math.prod(shape) > 512:
         shape = shape[1:]
     x = draw(tensors(shape, dtype).flatmap(laid_out))
-    names = ("sum", "prod", "max", "min", "cumsum", "cumprod", "cummax", "cummin")
+    names = ("sum", "prod", "max", "min", "cumsum", "cumprod", "cummax", "cummin") + INDEX_REDUCTIONS \
+        + LOGICAL_REDUCTIONS
     if dtype.is_floating_point or draw(st.integers(0, 9)) == 0:  # torch's mean refuses integers: so must we
         names += ("mean",)
     return Case(draw(combines(shape, names)), (x,))
@@ -101,8 +102,9 @@ def _single_combines(draw):
 @MORE
 @given(_single_combines())
 def test_one_reduce_or_scan_any_dtype_layout_axis(case):
-    """Every dtype x layout x axis (int, negative, tuple, None) x keepdim for each reduce and scan alone:
-    0-d inputs, 0-size inputs (sums of nothing are 0, products 1; torch refuses a max of nothing)."""
+    """Every dtype x layout x axis (int, negative, tuple, None) x keepdim for each reduce and scan alone, with
+    dtype= sometimes, argmax/argmin and any/all too: 0-d inputs, 0-size inputs (sums of nothing are 0, products
+    1; torch refuses a max or argmax of nothing, and argmax of bool)."""
     _check(case)
 
 

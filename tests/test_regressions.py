@@ -247,3 +247,16 @@ def test_an_integer_meeting_a_half_tensor_is_rounded_to_half_first(device):
     assert tc.zip_with(tc.eq)(i, h).tolist() == (i.cpu() == h.cpu()).tolist() == [True, True, True]
     got = tc.zip_with(tc.add)(i, h)
     assert got.dtype == torch.float16 and torch.equal(got.cpu(), i.cpu() + h.cpu())
+
+
+def test_relu_of_large_integers_stays_exact(device):
+    """Found by the hostile review: relu's float rendering turned int32/int64 values into float32."""
+    x = torch.tensor([2**30 + 1, -5, 7], dtype=torch.int32, device=device)
+    assert torch.equal(tc.map(tc.relu)(x).cpu(), torch.relu(x.cpu()))
+    big = torch.tensor([2**60 + 1, -(2**62)], device=device)
+    assert torch.equal(tc.map(tc.relu)(big).cpu(), torch.relu(big.cpu()))
+
+
+def test_scan_with_dtype_bool_is_refused_as_torch_refuses_it():
+    with pytest.raises(tc.DTypeError, match="dtype=bool"):
+        tc.cumsum(dtype=torch.bool)

@@ -84,8 +84,9 @@ def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
             names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
             raise DTypeError(f"input {i} has dtype {str(t.dtype).replace('torch.', '')}; this version handles "
                              f"{names}. Convert it with .to(torch.float32)")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        raise TricombError("an input requires grad, but tricomb kernels record no autograd graph; pass "
+    grads = [i for i, t in enumerate(tensors) if t.requires_grad]
+    if torch.is_grad_enabled() and grads:
+        raise TricombError(f"input {grads[0]} requires grad, but tricomb kernels record no autograd graph; pass "
                            "x.detach(), or call the pipeline under torch.no_grad()")
     devices = {t.device for t in tensors}
     if len(devices) > 1:
@@ -285,7 +286,8 @@ def _check_one_out(out, field: Field, tensors: tuple, name: str) -> None:
         raise DeviceError(f"{name} is on {out.device} but the inputs are on {tensors[0].device}; allocate it there")
     if out.numel() and any(t.numel() and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
                            for t in tensors):
-        raise TricombError(f"{name} shares memory with an input; results never alias inputs. Pass a fresh tensor")
+        raise TricombError(f"{name} lies in the storage of an input; tricomb never writes where it reads, even to "
+                           "parts an op would not overlap. Pass a tensor of its own storage")
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride())):
         raise ShapeError(f"{name} has a zero stride (an expanded tensor), so elements would overwrite each other; "
                          "pass a tensor that owns one slot per element")

@@ -5,7 +5,9 @@ dtypes (broadcasting, axes) happen when the pipeline is bound to tensors (:mod:`
 """
 from __future__ import annotations
 
-from ..errors import ArityError, AxisError, UnsupportedError
+import torch
+
+from ..errors import ArityError, AxisError, DTypeError, UnsupportedError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.ir import Arg, Call, Function
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
@@ -32,6 +34,9 @@ def _check_operator(stage: Reduce | Scan, kind: str) -> None:
     if isinstance(stage, Reduce) and stage.index:
         _check_index_reduce(stage, spec)
         return
+    if isinstance(stage, Scan) and stage.dtype == torch.bool:
+        raise DTypeError("a scan takes no dtype=bool: torch.cumsum and torch.cumprod refuse it; scan in an integer "
+                         "dtype and compare with 0 after", stage.location)
     short = SHORTHANDS.get(BY_OPERATOR.get((kind, spec.name), ""))
     if stage.dtype is not None and not (short and short.takes_dtype):
         like = f" ({short.torch_name} has none)" if short else ""

@@ -159,14 +159,15 @@ def tc_pow_portable(a, b):
     "tc_maximum": ('''
 @triton.jit
 def tc_maximum(a, b):
-    # NaN-propagating maximum, as torch.maximum (tl.maximum drops NaN)
-    return tl.where(a != a, a, tl.where(b != b, b, tl.maximum(a, b)))
+    # NaN-propagating maximum, as torch.maximum (tl.maximum drops NaN); on ties a, as torch's CPU kernel (which
+    # decides the sign of maximum(0.0, -0.0))
+    return tl.where(a != a, a, tl.where((b != b) | (b > a), b, a))
 ''', ()),
     "tc_minimum": ('''
 @triton.jit
 def tc_minimum(a, b):
-    # NaN-propagating minimum, as torch.minimum (tl.minimum drops NaN)
-    return tl.where(a != a, a, tl.where(b != b, b, tl.minimum(a, b)))
+    # NaN-propagating minimum, as torch.minimum (tl.minimum drops NaN); on ties a, as torch's CPU kernel
+    return tl.where(a != a, a, tl.where((b != b) | (b < a), b, a))
 ''', ()),
     "tc_to_bf16": ('''
 @triton.jit
@@ -261,7 +262,8 @@ _TABLE: list[OpSpec] = [
     _unary("sigmoid", torch.sigmoid, "1.0 / (1.0 + tl.exp(-{0}))", "logistic function 1 / (1 + exp(-x))"),
     _unary("softplus", F.softplus, "tc_softplus({0})", "log(1 + exp(x)); x itself above 20 (torch's threshold)",
            ("tc_softplus",)),
-    _unary("relu", torch.relu, "tl.where({0} < 0.0, 0.0, {0})", "max(x, 0); NaN stays NaN"),
+    OpSpec("relu", 1, torch.relu, "tl.where({0} < 0.0, 0.0, {0})", "max(x, 0); NaN stays NaN",
+           integer="tl.where({0} < 0, 0, {0})"),
     _unary("gelu", F.gelu, f"0.5 * {{0}} * (1.0 + tl.erf({{0}} * {_SQRT_HALF!r}))",
            "x * Phi(x), exact (erf) form"),
     _unary("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), "tc_gelu_tanh({0})",

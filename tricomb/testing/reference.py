@@ -18,6 +18,8 @@ from ..lower.fuse import plan
 from ..pipeline.evaluate import evaluate_function, reduce_tensor, scan_tensor
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import operator_spec
+from ..scalar.builtins import OPS
+from ..scalar.ir import Arg, Call, Const, Function, fold
 from ..scalar.trace import BUILTINS, to_function
 
 
@@ -72,24 +74,78 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
 
     # floats are evaluated in float64; integers and bools in their own dtype, exactly as torch computes them
     pending = [t.detach().cpu().to(torch.float64) if t.is_floating_point() else t.detach().cpu() for t in inputs]
+    metas = [torch.empty_like(t, device="meta") for t in inputs]  # torch's dtype of every value, alongside
     values: list[torch.Tensor] = []
     scales: list[torch.Tensor] = []
+    kinds: list[torch.Tensor] = []
     length = 1
     for i, (stage, take) in enumerate(zip(ir.stages, new_inputs(ir.stages))):
         new, pending = pending[:take], pending[take:]
+        new_metas, metas = metas[:take], metas[take:]
         if isinstance(stage, (Map, ZipWith)):
-            values, scales = _apply(stage, values + new, scales + [_magnitude(a) for a in new], rounded)
+            args = kinds + new_metas
+            values, scales = _apply(stage, values + new, scales + [_magnitude(a) for a in new], rounded,
+                                    [m.dtype for m in args])
+            kinds = evaluate_function(stage.fn, args)
             continue
         value, scale = (values[0], scales[0]) if i else (new[0], _magnitude(new[0]))
         combined = rounded(reduce_tensor(stage, value) if isinstance(stage, Reduce) else scan_tensor(stage, value))
         scale = torch.maximum(_magnitude(_combine_scale(stage, combined, scale)), _magnitude(combined))
+        kind = kinds[0] if i else new_metas[0]
+        kinds = [reduce_tensor(stage, kind) if isinstance(stage, Reduce) else scan_tensor(stage, kind)]
         values, scales = [combined], [scale]
         length = max(1, _length(stage, value, combined))
     refs = tuple(Reference(v, s, f.dtype, length) for v, s, f in zip(values, scales, fields))
     return refs[0] if len(refs) == 1 else refs
 
 
-def _apply(stage, args: list[torch.Tensor], scales: list[torch.Tensor], rounded):
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _evaluate_rounding_operands(fn, args: list[torch.Tensor], dtypes: list[torch.dtype], after_op) -> list:
+    """``fn`` on the oracle's float64 values, as :func:`evaluate_function` does, except that an operand meeting an
+    op whose torch dtype is float16 or bfloat16 is first rounded to that dtype when its own torch dtype differs:
+    torch converts operands to the common dtype (int32 2049 meeting float16 becomes 2048) before computing.
+    ``dtypes`` are the torch dtypes of ``args``; each intermediate's is found on meta tensors."""
+    def meta(o):
+        return torch.empty(o[0].shape, dtype=o[1], device="meta") if isinstance(o, tuple) else o
+
+    def on_call(expr, operands):
+        metas = [meta(o) for o in operands]
+        if not any(isinstance(m, torch.Tensor) for m in metas):
+            metas[0] = torch.tensor(metas[0])
+        tensors = [m if isinstance(m, torch.Tensor) else torch.tensor(m) for m in metas]
+        target = OPS[expr.op].torch(*metas).dtype if isinstance(expr, Call) else \
+            torch.result_type(*tensors) if len(tensors) > 1 else tensors[0].dtype
+        if isinstance(expr, Call) and expr.op in ("lt", "le", "gt", "ge", "eq", "ne"):
+            target = torch.result_type(*metas) if isinstance(metas[0], torch.Tensor) else \
+                torch.result_type(metas[1], metas[0])
+        values = [_rounded_to(o, target) if isinstance(o, tuple) else o for o in operands]
+        if isinstance(expr, Call) and expr.op == "where":
+            values[0] = operands[0][0] if isinstance(operands[0], tuple) else operands[0]
+        result = evaluate_function(Function(len(values), (_call_of(expr, len(values)),)), values, after_op)[0]
+        return result, OPS[expr.op].torch(*metas).dtype if isinstance(expr, Call) else target
+
+    return [o[0] if isinstance(o, tuple) else _as_output(o, args) for o in fold(fn, list(zip(args, dtypes)), on_call)]
+
+
+def _rounded_to(operand: tuple, target: torch.dtype) -> torch.Tensor:
+    value, dtype = operand
+    if target in _HALF and dtype != target:
+        return value.to(target).to(torch.float64)
+    return value
+
+
+def _call_of(expr, arity: int):
+    """``expr``'s operation applied to arguments 0..arity-1."""
+    return dataclasses.replace(expr, args=tuple(Arg(i) for i in range(arity)))
+
+
+def _as_output(o, args: list[torch.Tensor]) -> torch.Tensor:
+    return evaluate_function(Function(len(args), (Const(o),)), args)[0]  # a constant: broadcast as torch does
+
+
+def _apply(stage, args: list[torch.Tensor], scales: list[torch.Tensor], rounded, dtypes: list[torch.dtype]):
     """A map or zip_with on the oracle's values: each op rounded to the compute dtype; each field's scale is the
     largest magnitude among the arguments, the intermediates and the field itself."""
     steps: list[torch.Tensor] = []
@@ -99,7 +155,7 @@ def _apply(stage, args: list[torch.Tensor], scales: list[torch.Tensor], rounded)
         steps.append(_magnitude(t))
         return t
 
-    outputs = evaluate_function(stage.fn, args, record)
+    outputs = _evaluate_rounding_operands(stage.fn, args, dtypes, record)
     outputs = [v.to(torch.float64) if v.is_floating_point() else v for v in outputs]
     out_scales = []
     for v in outputs:

@@ -162,10 +162,16 @@ def broadcastable(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
 # summation; an exponential of such a value multiplies that rounding by |value| * ln 2 (its condition number),
 # beyond what the oracle's error scale covers. Elsewhere exponentials are drawn as usual.
 _ILL_CONDITIONED_AFTER_COMBINE = ("exp", "exp2", "expm1")
+# Which of +0.0 and -0.0 a max/min reduction or scan keeps on a tie is unspecified (IEEE 754's maxNum leaves it
+# open, and torch's own amax and cummax choose differently), so after one no function that turns the sign of a
+# zero into an infinity is drawn.
+_MAX_LIKE = ("max", "min", "cummax", "cummin")
+_ZERO_SIGN_TO_INF = ("rsqrt", "reciprocal", "div")
 
 
-def _unary(draw, after_combine: bool = False):
-    names = [n for n in SMOOTH_UNARY if not (after_combine and n in _ILL_CONDITIONED_AFTER_COMBINE)]
+def _unary(draw, after_combine: bool = False, after_max: bool = False):
+    names = [n for n in SMOOTH_UNARY if not (after_combine and n in _ILL_CONDITIONED_AFTER_COMBINE)
+             and not (after_max and n in _ZERO_SIGN_TO_INF)]
     choice = draw(st.sampled_from(tuple(names) + ("affine", "leaky")))
     if choice == "affine":
         a = draw(st.floats(-3, 3, allow_nan=False, width=32))
@@ -202,7 +208,8 @@ def pipelines_and_inputs(draw, max_numel: int = 4096, allow_empty: bool = True, 
         stage, shape_after = _combine(draw, combine, shape)
         stages.append(stage)
         for _ in range(draw(st.integers(0, 2))):
-            stages.append(_stage(draw, shape_after, inputs, others, after_combine=True))
+            stages.append(_stage(draw, shape_after, inputs, others, after_combine=True,
+                                 after_max=combine in _MAX_LIKE))
     if not stages:
         stages.append(api.map(_unary(draw)))
     return Case(_compose(stages), tuple(inputs))
@@ -221,10 +228,10 @@ def _compose(stages: list) -> api.Pipeline:
     return pipe
 
 
-def _stage(draw, shape, inputs: list, others, after_combine: bool = False) -> api.Pipeline:
+def _stage(draw, shape, inputs: list, others, after_combine: bool = False, after_max: bool = False) -> api.Pipeline:
     if draw(st.booleans()):
-        return api.map(_unary(draw, after_combine))
-    op = BUILTINS[draw(st.sampled_from(SMOOTH_BINARY))]
+        return api.map(_unary(draw, after_combine, after_max))
+    op = BUILTINS[draw(st.sampled_from(tuple(n for n in SMOOTH_BINARY if not (after_max and n in _ZERO_SIGN_TO_INF))))]
     other = draw(broadcastable(shape))
     inputs.append(draw(tensors(other, draw(st.sampled_from(others))).flatmap(laid_out)))
     return api.zip_with(op)
@@ -377,8 +384,12 @@ def _combine(draw, name: str, shape: tuple[int, ...]):
     rank = len(shape)
     if name in SCANS:
         axis = draw(st.integers(-max(rank, 1), max(rank, 1) - 1))
-        return stage_fn(axis=axis), shape
+        return stage_fn(axis=axis, **_dtype_argument(draw, name)), shape
     bound = max(rank, 1)
+    if name in INDEX_REDUCTIONS:  # torch.argmax takes None or one axis
+        axis = draw(st.one_of(st.none(), st.integers(-bound, bound - 1)))
+        keepdim = draw(st.booleans())
+        return stage_fn(axis=axis, keepdim=keepdim), _reduced_shape(shape, axis, keepdim)
     axis = draw(st.one_of(st.none(), st.integers(-bound, bound - 1),
                           st.lists(st.integers(0, bound - 1), min_size=1, max_size=bound, unique=True).map(
                               lambda axes: tuple(draw(st.sampled_from((a, a - bound))) for a in axes))))
@@ -386,8 +397,20 @@ def _combine(draw, name: str, shape: tuple[int, ...]):
     if name in ("sum", "prod", "max", "min") and draw(st.integers(0, 3)) == 0:  # the general form
         op = BUILTINS[{"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}[name]]
         return api.reduce(op, axis=axis, keepdim=keepdim), _reduced_shape(shape, axis, keepdim)
-    stage = stage_fn(axis=axis, keepdim=keepdim)
+    stage = stage_fn(axis=axis, keepdim=keepdim, **_dtype_argument(draw, name))
     return stage, _reduced_shape(shape, axis, keepdim)
+
+
+def _dtype_argument(draw, name: str) -> dict:
+    """Sometimes a ``dtype=`` for the shorthands that take one, as torch's do."""
+    if name not in _TAKES_DTYPE or draw(st.integers(0, 3)):
+        return {}
+    return {"dtype": draw(st.sampled_from((torch.float64, torch.float32, torch.int64, torch.int32)))}
+
+
+INDEX_REDUCTIONS = ("argmax", "argmin")
+LOGICAL_REDUCTIONS = ("any", "all")
+_TAKES_DTYPE = ("sum", "prod", "cumsum", "cumprod")
 
 
 def _reduced_shape(shape, axis, keepdim):
