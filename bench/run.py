@@ -97,7 +97,10 @@ def _layout_cases() -> list[Case]:
         Case("L3", "map softplus | sum of a transposed input", lambda: [_randn(side, side).t()],
              lambda: tc.parse("map softplus | sum"), lambda x: F.softplus(x).sum(),
              {"tricomb, copy first": _copy_first("map softplus | sum", lambda x: x)}, "in place >= 1.0x copy first"),
-        Case("L4", "cumsum(axis=0): scan along the strided axis", lambda: [_randn(side, side)],
+        # positive values: a long cumsum of mixed signs cancels, and then any two summation orders differ by more
+        # than the check's relative tolerance (torch.compile's own result fails it)
+        Case("L4", "cumsum(axis=0): scan along the strided axis",
+             lambda: [torch.rand(side, side, device="cuda")],
              lambda: tc.cumsum(axis=0), lambda x: torch.cumsum(x, 0),
              {"tricomb, copy first": lambda x: tc.cumsum(axis=-1)(x.t().contiguous()).t()},
              "in place >= 1.0x copy first"),
