@@ -1,6 +1,6 @@
 """Faults other libraries shipped (../shared/CASES.md), as tests holding torch's value, dtype and shape.
 
-Cases that need features of later versions (user operators, exclusive and reverse scans) are not here yet; C18 needs more than 2**31 elements and runs on the GPU only.
+Cases that need features of later versions (user and tuple operators: C12, C13) are not here yet; C18 needs more than 2**31 elements and runs on the GPU only.
 """
 import math
 
@@ -35,6 +35,27 @@ def test_c02_nan_in_argmax_and_argmin(device):
     _same(index(tc.argmin(), [nan, 6.0, 8.0]), torch.tensor(0))
     _same(index(tc.argmax(), [0.0, 1.0, nan]), torch.tensor(2))
     _same(index(tc.argmax(), [nan, nan, nan]), torch.tensor(0))
+
+
+def test_c03_inf_in_a_scan_carry_stays_inf(device):
+    for n in (100, 10, 100, 1000):  # one process, several sizes: no stale carry between launches
+        ones = torch.full((n,), inf, dtype=torch.float64, device=device)
+        got = tc.cumsum()(ones)
+        assert bool(torch.isinf(got).all()) and not bool(torch.isnan(got).any())
+        _same(tc.sum()(got), torch.tensor(inf, dtype=torch.float64))  # a scan then a reduce: two pipelines, for now
+
+
+def test_c04_minus_inf_in_a_log_add_exp_scan(device):
+    x = torch.tensor([[2, -inf, -inf, 1, -inf, -inf, 3], [2, 1, -inf, 1, -inf, -inf, 3]], device=device)
+    got = tc.scan(tc.logaddexp, axis=1)(x).cpu()
+    want = torch.tensor([[2, 2, 2, 2.3132617, 2.3132617, 2.3132617, 3.407606],
+                         [2, 2.3132617, 2.3132617, 2.5514448, 2.5514448, 2.5514448, 3.4938116]])
+    torch.testing.assert_close(got, want)
+    _same(tc.scan(tc.logaddexp)(torch.tensor([-inf, -inf, 0.0], device=device)), torch.tensor([-inf, -inf, 0.0]))
+
+
+def test_c05_nan_skipping_sum(device):
+    _same(tc.nansum()(torch.tensor([0, 2.5, nan, 7.5, 10], device=device)), torch.tensor(20.0))
 
 
 def test_c06_empty_reductions(device):
@@ -122,6 +143,13 @@ def test_c16_stride_zero_operands(device):
     product = tc.zip_with(lambda a, b, c: a * b * c)
     _same(product(x, r, w)[1, 2], torch.tensor([6.0, 12.0, 18.0, 24.0]))
     _same((product >> tc.sum())(x, r, w), torch.tensor(210.0))
+
+
+def test_c21_reverse_scan(device):
+    x = torch.arange(18, device=device).reshape(2, 9)
+    want = torch.tensor([[36, 36, 35, 33, 30, 26, 21, 15, 8], [117, 108, 98, 87, 75, 62, 48, 33, 17]])
+    _same(tc.cumsum(axis=1, reverse=True)(x), want)
+    _same(tc.parse("scan add(axis=1, reverse=True)")(x), want)
 
 
 def test_c20_empty_axis_list_means_all_axes(device):

@@ -100,19 +100,24 @@ def build_zip_with(g, where) -> Pipeline:
     return Pipeline(PipelineIR((ZipWith(to_function(g, role="zip_with's function", location=where), where),)))
 
 
-def build_reduce(op, axis, keepdim, mean: bool, where, dtype=None, index: bool = False) -> Pipeline:
+def build_reduce(op, axis, keepdim, mean: bool, where, dtype=None, index: bool = False,
+                 skip_nan: bool = False) -> Pipeline:
     fn = to_function(op, role="reduce's operator", location=where)
     if not isinstance(keepdim, bool):
         raise TricombError(f"keepdim must be True or False, got {keepdim!r}", where)
-    stage = Reduce(fn, _axes(axis, where), keepdim, mean, _dtype(dtype, where), index, where)
+    stage = Reduce(fn, _axes(axis, where), keepdim, mean, _dtype(dtype, where), index, skip_nan, where)
     return Pipeline(PipelineIR((stage,)))
 
 
-def build_scan(op, axis, where, dtype=None) -> Pipeline:
+def build_scan(op, axis, where, dtype=None, reverse: bool = False, exclusive: bool = False) -> Pipeline:
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
         raise AxisError(f"scan's axis must be an int, got {axis!r}", where)
+    for name, flag in (("reverse", reverse), ("exclusive", exclusive)):
+        if not isinstance(flag, bool):
+            raise TricombError(f"{name} must be True or False, got {flag!r}", where)
     fn = to_function(op, role="scan's operator", location=where)
-    return Pipeline(PipelineIR((Scan(fn, int(axis), _dtype(dtype, where), where),)))
+    stage = Scan(fn, int(axis), _dtype(dtype, where), reverse, exclusive, location=where)
+    return Pipeline(PipelineIR((stage,)))
 
 
 def _dtype(dtype, where) -> torch.dtype | None:
@@ -168,10 +173,13 @@ def reduce(op, axis=None, keepdim: bool = False, dtype=None) -> Pipeline:  # noq
     return build_reduce(op, axis, keepdim, False, caller_location(), dtype)
 
 
-def scan(op, axis: int = -1, dtype=None) -> Pipeline:
-    """``scan(op, axis=-1, dtype=None)``: inclusive prefix combine along ``axis`` (as ``torch.cumsum`` for
-    ``tc.add``); ``dtype`` as torch.cumsum's (add and mul only)."""
-    return build_scan(op, axis, caller_location(), dtype)
+def scan(op, axis: int = -1, reverse: bool = False, exclusive: bool = False, dtype=None) -> Pipeline:
+    """``scan(op, axis=-1, reverse=False, exclusive=False, dtype=None)``: prefix combine along ``axis`` (as
+    ``torch.cumsum`` for ``tc.add``). ``reverse`` combines from the end (suffixes: ``flip``, scan, ``flip``);
+    ``exclusive`` leaves each element out of its own result, so the first holds the operator's identity (the
+    usual exclusive scan, as in G. E. Blelloch, "Prefix sums and their applications", CMU-CS-90-190, 1990).
+    ``dtype`` as torch.cumsum's (add and mul only). The result has the stream's shape."""
+    return build_scan(op, axis, caller_location(), dtype, reverse, exclusive)
 
 
 def _no_other_arguments(name: str, allowed: str, extra: dict) -> None:
@@ -183,21 +191,26 @@ def _no_other_arguments(name: str, allowed: str, extra: dict) -> None:
 
 def _shorthand(spec: Shorthand):
     """``tc.sum``, ``tc.cumsum``, ...: the stage constructor of one row of the shorthand table."""
-    allowed = ("axis=, keepdim=" if spec.kind == "reduce" else "axis=") + (" and dtype=" if spec.takes_dtype else "")
+    allowed = ("axis=, keepdim=" if spec.kind == "reduce" else "axis=, reverse=, exclusive=") + \
+        (" and dtype=" if spec.takes_dtype else "")
 
-    def stage(axis=None if spec.kind == "reduce" else -1, keepdim: bool = False, dtype=None, **extra) -> Pipeline:
+    def stage(axis=None if spec.kind == "reduce" else -1, keepdim: bool = False, dtype=None, reverse: bool = False,
+              exclusive: bool = False, **extra) -> Pipeline:
         if spec.kind == "scan" and keepdim is not False:
             extra["keepdim"] = keepdim
+        if spec.kind == "reduce":
+            extra.update({k: v for k, v in (("reverse", reverse), ("exclusive", exclusive)) if v is not False})
         if dtype is not None and not spec.takes_dtype:
             extra["dtype"] = dtype
         _no_other_arguments(spec.name, allowed, extra)
         if spec.kind == "reduce":
-            return build_reduce(BUILTINS[spec.op], axis, keepdim, spec.mean, caller_location(), dtype, spec.index)
-        return build_scan(BUILTINS[spec.op], axis, caller_location(), dtype)
+            return build_reduce(BUILTINS[spec.op], axis, keepdim, spec.mean, caller_location(), dtype, spec.index,
+                                spec.skip_nan)
+        return build_scan(BUILTINS[spec.op], axis, caller_location(), dtype, reverse, exclusive)
 
     stage.operator = spec.op  # marks a stage shorthand: passing it where an operator belongs gets a pointed error
     stage.__name__ = stage.__qualname__ = spec.name
-    args = "axis=None, keepdim=False" if spec.kind == "reduce" else "axis=-1"
+    args = "axis=None, keepdim=False" if spec.kind == "reduce" else "axis=-1, reverse=False, exclusive=False"
     stage.__doc__ = (f"``{spec.name}({args}{', dtype=None' if spec.takes_dtype else ''})``: the "
                      f"{'reduce' if spec.kind == 'reduce' else 'inclusive scan'} stage of {spec.torch_name}"
                      f"{' (dtype= as torch' + chr(39) + 's)' if spec.takes_dtype else ''}.")
@@ -209,6 +222,7 @@ prod = _shorthand(SHORTHANDS["prod"])
 max = _shorthand(SHORTHANDS["max"])  # noqa: A001
 min = _shorthand(SHORTHANDS["min"])  # noqa: A001
 mean = _shorthand(SHORTHANDS["mean"])
+nansum = _shorthand(SHORTHANDS["nansum"])
 argmax = _shorthand(SHORTHANDS["argmax"])
 argmin = _shorthand(SHORTHANDS["argmin"])
 any = _shorthand(SHORTHANDS["any"])  # noqa: A001

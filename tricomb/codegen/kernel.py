@@ -198,7 +198,11 @@ def _to_accumulator(ctx: ScalarContext, p: KernelPlan, value: Value) -> str:
         if wanted in (torch.float16, torch.bfloat16):
             text = f"{text}.to(tl.float32)"
         text = to_storage(ctx, text, wanted)
-    return f"{text}.to({tl_dtype(p.acc_dtype)})"
+    text = f"{text}.to({tl_dtype(p.acc_dtype)})"
+    if isinstance(p.combine, Reduce) and p.combine.skip_nan:
+        text = f"tc_nan_to({text}, {_identity(p)})"  # nansum: a NaN counts as the identity
+        ctx.use_helpers(["tc_nan_to"])
+    return text
 
 
 def _identity(p: KernelPlan) -> str:
@@ -283,6 +287,30 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
     _store(w, ctx, p, value, rows, "keep")
 
 
+def _scan_positions(w: Writer, p: KernelPlan, reduced: list[int]) -> tuple[dict, dict, str]:
+    """Offsets of the elements a scan step reads (``k`` in scan order; one step back when exclusive) and writes
+    (``ks``), and the mask of the reads. Reversed, scan order ``j`` is position ``K - 1 - j`` along the axis."""
+    stage = p.combine
+    before = [s for s in p.inputs if not s.after]
+    after = [s for s in p.slots if s.after]
+    w.line("mask = row_mask[:, None] & (ks < K)[None, :]")
+    if not stage.reverse and not stage.exclusive:
+        offsets = emit_offsets(w, "ks", reduced, p.slots, "k")
+        return offsets, offsets, "mask"
+    source = "ks - 1" if stage.exclusive else "ks"
+    w.line(f"src = {'K - 1 - (' + source + ')' if stage.reverse else source}",
+           comment=("exclusive: " if stage.exclusive else "") + ("reversed: " if stage.reverse else "")
+           + "the position each step reads")
+    w.line(f"dst = {'K - 1 - ks' if stage.reverse else 'ks'}", comment="the position each step writes")
+    read_mask = "mask"
+    if stage.exclusive:
+        w.line("read_mask = mask & (ks >= 1)[None, :]", comment="the first step reads nothing: the identity")
+        read_mask = "read_mask"
+    reads = emit_offsets(w, "src", reduced, before, "k")
+    writes = emit_offsets(w, "dst", reduced, after, "d")
+    return reads, writes, read_mask
+
+
 def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
     """Rows by K, tile by tile along K; ``carry`` holds each row's prefix of the tiles before."""
     kept, reduced = _split_groups(p)
@@ -295,16 +323,15 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
     w.line(f"carry = tl.full([BLOCK_M], {ident}, {acc})")
     with w.block("for k0 in range(0, K, BLOCK_K):"):
         w.line("ks = k0 + tl.arange(0, BLOCK_K)")
-        w.line("mask = row_mask[:, None] & (ks < K)[None, :]")
-        ks = emit_offsets(w, "ks", reduced, p.slots, "k")
-        value = _before_combine(w, ctx, p, rows, ks, "mask")
+        reads, ks, read_mask = _scan_positions(w, p, reduced)
+        value = _before_combine(w, ctx, p, rows, reads, read_mask)
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
-        w.line(f"tile = tl.where(mask, {_to_accumulator(ctx, p, value)}, {ident})")
+        w.line(f"tile = tl.where({read_mask}, {_to_accumulator(ctx, p, value)}, {ident})")
         w.line(f"scanned = {combine}(carry[:, None], {tile_scan(p, 'tile', 1, combine)})")
         w.line(f"carry = tc_last(scanned, BLOCK_K).to({acc})",
                comment="masked lanes hold the identity: the row's prefix so far")
         ctx.use_helpers(["tc_last"])
-        address = _tile_address(rows, ks, p.slots)
+        address = _tile_address(rows, ks, [s for s in p.slots if s.after])
         value = _after_combine(w, ctx, p, "scanned", address, "mask", "[BLOCK_M, BLOCK_K]")
         _store(w, ctx, p, value, address, "mask")
 

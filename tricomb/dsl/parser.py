@@ -18,7 +18,7 @@ from ..errors import Location, ParseError, TricombError, UnknownNameError
 from ..pipeline.shorthands import OPERATOR_ALIASES, SHORTHANDS
 from ..scalar.trace import BUILTINS
 
-_STAGE_ARGUMENTS = {"reduce": ("axis", "keepdim", "dtype"), "scan": ("axis", "dtype")}
+_STAGE_ARGUMENTS = {"reduce": ("axis", "keepdim", "dtype"), "scan": ("axis", "reverse", "exclusive", "dtype")}
 
 
 def grammar_path() -> Path:
@@ -127,7 +127,8 @@ class _Build(lark.Transformer):
     def arguments(self, items):
         return list(items)
 
-    def _stage(self, kind: str, meta_token, op, arguments, mean: bool = False, index: bool = False):
+    def _stage(self, kind: str, meta_token, op, arguments, short=None):
+        """A reduce or scan stage; ``short`` is the shorthand row it was written as (mean, argmax, nansum...)."""
         from .. import api
         allowed = _STAGE_ARGUMENTS[kind]
         kwargs = {}
@@ -139,9 +140,11 @@ class _Build(lark.Transformer):
             kwargs[name] = value
         where = self._where(meta_token)
         if kind == "reduce":
-            return api.build_reduce(op, kwargs.get("axis"), kwargs.get("keepdim", False), mean, where,
-                                    kwargs.get("dtype"), index)
-        return api.build_scan(op, kwargs.get("axis", -1), where, kwargs.get("dtype"))
+            return api.build_reduce(op, kwargs.get("axis"), kwargs.get("keepdim", False), bool(short and short.mean),
+                                    where, kwargs.get("dtype"), bool(short and short.index),
+                                    bool(short and short.skip_nan))
+        return api.build_scan(op, kwargs.get("axis", -1), where, kwargs.get("dtype"), kwargs.get("reverse", False),
+                              kwargs.get("exclusive", False))
 
     @lark.v_args(meta=True)
     def map_stage(self, meta, items):
@@ -164,8 +167,7 @@ class _Build(lark.Transformer):
     @lark.v_args(meta=True)
     def shorthand_stage(self, meta, items):
         spec = SHORTHANDS[str(items[0])]
-        return self._stage(spec.kind, meta, BUILTINS[spec.op], items[1] if len(items) > 1 else None, spec.mean,
-                           spec.index)
+        return self._stage(spec.kind, meta, BUILTINS[spec.op], items[1] if len(items) > 1 else None, spec)
 
     def pipeline(self, items):
         result = items[0]

@@ -11,7 +11,6 @@ Every pipeline becomes exactly one kernel of one of three kinds:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +22,7 @@ from ..pipeline.printer import stage_text as stage_name
 from ..pipeline.ir import PipelineIR, Reduce, Scan, Stage
 from ..pipeline.verify import operator_spec
 from ..scalar.builtins import OpSpec
-from ..scalar.dtypes import compute_dtype
+from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, Group, combine_stage, input_stages
 
 
@@ -61,13 +60,7 @@ class KernelPlan:
     @property
     def identity(self):
         """The operator's identity in the accumulator's dtype (masked lanes hold it)."""
-        value = self.operator.identity
-        if self.acc_dtype.is_floating_point:
-            return value
-        if self.acc_dtype == torch.bool:
-            return bool(value > 0) if math.isinf(value) else bool(value)
-        info = torch.iinfo(self.acc_dtype)
-        return info.max if value == math.inf else info.min if value == -math.inf else int(value)
+        return typed_identity(self.operator.identity, self.acc_dtype)
 
     @property
     def num_kernels(self) -> int:

@@ -12,6 +12,7 @@ import torch
 
 from ..errors import StageError, TricombError
 from ..scalar.builtins import OPS
+from ..scalar.dtypes import typed_identity
 from ..scalar.ir import Function, JitCall, fold
 from .ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from .verify import iteration_axes, operator_spec
@@ -78,6 +79,8 @@ def reduce_tensor(stage: Reduce, x: torch.Tensor) -> torch.Tensor:
         return torch.mean(x, dim=dims, keepdim=stage.keepdim, dtype=stage.dtype)
     if stage.index:
         return _arg_reduce(stage, x)
+    if stage.skip_nan:
+        return torch.nansum(x, dim=dims, keepdim=stage.keepdim, dtype=stage.dtype)
     spec = operator_spec(stage.op)
     x = _converted(x, stage.dtype)
     if x.dim() == 0:
@@ -106,11 +109,21 @@ def _converted(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 
 def scan_tensor(stage: Scan, x: torch.Tensor) -> torch.Tensor:
     """torch's result for ``stage`` applied to ``x``."""
-    spec = operator_spec(stage.op)
     x = _converted(x, stage.dtype)
     if x.dim() == 0:
-        return _converted(spec.scan_ref(x.reshape(1), 0).reshape(()), stage.dtype)
-    return _converted(spec.scan_ref(x, stage.axis), stage.dtype)
+        return _scan_along(stage, x.reshape(1), 0).reshape(())
+    return _scan_along(stage, x, stage.axis % x.dim())
+
+
+def _scan_along(stage: Scan, x: torch.Tensor, axis: int) -> torch.Tensor:
+    spec = operator_spec(stage.op)
+    if stage.reverse:
+        x = x.flip(axis)
+    out = _converted(spec.scan_ref(x, axis), stage.dtype)
+    if stage.exclusive and out.shape[axis] > 0:
+        first = torch.full_like(out.narrow(axis, 0, 1), typed_identity(spec.identity, out.dtype))
+        out = torch.cat([first, out.narrow(axis, 0, out.shape[axis] - 1)], axis)
+    return out.flip(axis) if stage.reverse else out
 
 
 def evaluate(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: OpHook = _identity,

@@ -42,6 +42,7 @@ class Reduce:
     ``index`` (the ``argmax``/``argmin`` shorthands, with ``maximum``/``minimum``): the result is the int64
     position of the chosen element along the reduced axis (the flat row-major position for ``axis=None``), the
     first one on ties, NaN counting as the largest and the smallest value, as torch.argmax/argmin.
+    ``skip_nan`` (the ``nansum`` shorthand): NaN elements count as the identity, as torch.nansum.
     """
 
     op: Function
@@ -50,6 +51,7 @@ class Reduce:
     mean: bool = False
     dtype: torch.dtype | None = None
     index: bool = False
+    skip_nan: bool = False
     location: Location | None = field(default=None, compare=False)
 
 
@@ -58,11 +60,15 @@ class Scan:
     """Inclusive prefix combine of the stream along ``axis`` with the associative binary operator ``op``.
 
     ``dtype``, as torch.cumsum's: the stream is converted to it before combining, and the result has it.
+    ``reverse``: combine from the end of the axis (``flip``, scan, ``flip``). ``exclusive``: element i combines
+    the elements strictly before it (after it, reversed); the first holds the operator's identity.
     """
 
     op: Function
     axis: int = -1
     dtype: torch.dtype | None = None
+    reverse: bool = False
+    exclusive: bool = False
     location: Location | None = field(default=None, compare=False)
 
 

@@ -60,9 +60,12 @@ def stage_text(stage: Stage) -> str:
             return f"mean{args}"
         if stage.index:
             return f"{INDEX_SHORTHANDS[spec.name]}{args}"
+        if stage.skip_nan:
+            return f"nansum{args}"
         short = BY_OPERATOR.get(("reduce", spec.name)) if spec else None
         return f"{short}{args}" if short else f"reduce {function_text(stage.op)}{args}"
-    args = _args(axis=stage.axis if stage.axis != -1 else None, dtype=stage.dtype)
+    args = _args(axis=stage.axis if stage.axis != -1 else None, reverse=stage.reverse or None,
+                 exclusive=stage.exclusive or None, dtype=stage.dtype)
     short = BY_OPERATOR.get(("scan", spec.name)) if spec else None
     return f"{short}{args}" if short else f"scan {function_text(stage.op)}{args}"
 

@@ -15,6 +15,7 @@ class Shorthand:
     torch_name: str  # the torch function it matches
     mean: bool = False
     index: bool = False  # argmax/argmin: the position of the chosen element, not its value
+    skip_nan: bool = False  # nansum: NaN elements count as the identity
     takes_dtype: bool = False  # as torch's function: sum, prod, mean, cumsum and cumprod take dtype=
 
 
@@ -24,6 +25,7 @@ SHORTHANDS: dict[str, Shorthand] = {s.name: s for s in [
     Shorthand("max", "reduce", "maximum", "torch.amax"),
     Shorthand("min", "reduce", "minimum", "torch.amin"),
     Shorthand("mean", "reduce", "add", "torch.mean", mean=True, takes_dtype=True),
+    Shorthand("nansum", "reduce", "add", "torch.nansum", skip_nan=True, takes_dtype=True),
     Shorthand("argmax", "reduce", "maximum", "torch.argmax", index=True),
     Shorthand("argmin", "reduce", "minimum", "torch.argmin", index=True),
     Shorthand("any", "reduce", "logical_or", "torch.any"),
@@ -36,9 +38,9 @@ SHORTHANDS: dict[str, Shorthand] = {s.name: s for s in [
 
 # the shorthand a reduce or scan with this operator prints as (mean is printed from Reduce.mean)
 BY_OPERATOR: dict[tuple[str, str], str] = {(s.kind, s.op): s.name for s in SHORTHANDS.values()
-                                           if not s.mean and not s.index}
+                                           if not (s.mean or s.index or s.skip_nan)}
 INDEX_SHORTHANDS: dict[str, str] = {s.op: s.name for s in SHORTHANDS.values() if s.index}  # maximum -> argmax
 
 # reduce names that are also accepted where an operator belongs: ``reduce sum`` means ``reduce add``
 OPERATOR_ALIASES: dict[str, str] = {s.name: s.op for s in SHORTHANDS.values()
-                                    if s.kind == "reduce" and not s.mean and not s.index}
+                                    if s.kind == "reduce" and not (s.mean or s.index or s.skip_nan)}

@@ -34,6 +34,8 @@ def _check_operator(stage: Reduce | Scan, kind: str) -> None:
     if isinstance(stage, Reduce) and stage.index:
         _check_index_reduce(stage, spec)
         return
+    if isinstance(stage, Reduce) and stage.skip_nan and spec.name != "add":
+        raise UnsupportedError(f"skipping NaN (nansum) needs the operator add, not {spec.name}", stage.location)
     if isinstance(stage, Scan) and stage.dtype == torch.bool:
         raise DTypeError("a scan takes no dtype=bool: torch.cumsum and torch.cumprod refuse it; scan in an integer "
                          "dtype and compare with 0 after", stage.location)

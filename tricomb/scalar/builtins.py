@@ -169,6 +169,23 @@ def tc_minimum(a, b):
     # NaN-propagating minimum, as torch.minimum (tl.minimum drops NaN); on ties a, as torch's CPU kernel
     return tl.where(a != a, a, tl.where((b != b) | (b < a), b, a))
 ''', ()),
+    "tc_logaddexp": ('''
+@triton.jit
+def tc_logaddexp(a, b):
+    # log(exp(a) + exp(b)) = max + log1p(exp(min - max)), as torch.logaddexp; equal arguments (infinities
+    # included) give a + log(2) exactly, and a NaN propagates
+    hi = tl.maximum(a, b)
+    lo = tl.minimum(a, b)
+    r = hi + tc_log1p(tl.exp(lo - hi))
+    r = tl.where(a == b, a + 0.6931471805599453, r)
+    return tl.where((a != a) | (b != b), a + b, r)
+''', ("tc_log1p",)),
+    "tc_nan_to": ('''
+@triton.jit
+def tc_nan_to(x, value):
+    # x, with NaN replaced by value (torch.nansum counts a NaN as 0)
+    return tl.where(x != x, value, x)
+''', ()),
     "tc_to_bf16": ('''
 @triton.jit
 def tc_to_bf16(x):
@@ -293,6 +310,9 @@ _TABLE: list[OpSpec] = [
             ("tc_minimum",), associative=True, commutative=True, identity=math.inf,
             reduce_ref=_nan_min, scan_ref=lambda x, d: torch.cummin(x, dim=d).values,
             tile_reduce="tc_min_over({0}, {1})"),
+    _binary("logaddexp", torch.logaddexp, "tc_logaddexp({0}, {1})", "log(exp(a) + exp(b)), without overflow",
+            ("tc_logaddexp",), associative=True, commutative=True, identity=-math.inf,
+            reduce_ref=lambda x, dims: torch.logsumexp(x, dim=dims), scan_ref=lambda x, d: torch.logcumsumexp(x, d)),
     _binary("lt", torch.lt, "{0} < {1}", "a < b (bool)"),
     _binary("le", torch.le, "{0} <= {1}", "a <= b (bool)"),
     _binary("gt", torch.gt, "{0} > {1}", "a > b (bool)"),

@@ -7,6 +7,8 @@ arithmetic wraps exactly where torch's does and nowhere else: ``int8 * 2`` wraps
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -15,3 +17,14 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     if dtype in (torch.float16, torch.bfloat16, torch.float32):
         return torch.float32
     return dtype
+
+
+def typed_identity(value: float, dtype: torch.dtype):
+    """An operator's identity (a float, possibly infinite) as a value of ``dtype``: -inf is an integer dtype's
+    smallest value and +inf its largest; for bool, -inf is False and +inf True."""
+    if dtype.is_floating_point:
+        return value
+    if dtype == torch.bool:
+        return bool(value > 0) if math.isinf(value) else bool(value)
+    info = torch.iinfo(dtype)
+    return info.max if value == math.inf else info.min if value == -math.inf else int(value)

@@ -42,7 +42,7 @@ SMOOTH_UNARY = ("abs", "neg", "exp", "exp2", "expm1", "log", "log2", "log1p", "s
                 "reciprocal", "sin", "cos", "tanh", "sigmoid", "softplus", "relu", "gelu", "gelu_tanh", "silu",
                 "erf")
 SMOOTH_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
-REDUCTIONS = ("sum", "prod", "max", "min", "mean")
+REDUCTIONS = ("sum", "prod", "max", "min", "mean", "nansum")
 INT_REDUCTIONS = ("sum", "prod", "max", "min")  # torch's mean refuses integer and bool tensors
 SCANS = ("cumsum", "cumprod", "cummax", "cummin")
 _SLOW_IN_INTERPRETER = ("cummax", "cummin")  # folded element by element by Triton's interpreter
@@ -384,7 +384,8 @@ def _combine(draw, name: str, shape: tuple[int, ...]):
     rank = len(shape)
     if name in SCANS:
         axis = draw(st.integers(-max(rank, 1), max(rank, 1) - 1))
-        return stage_fn(axis=axis, **_dtype_argument(draw, name)), shape
+        return stage_fn(axis=axis, reverse=draw(st.booleans()), exclusive=draw(st.booleans()),
+                        **_dtype_argument(draw, name)), shape
     bound = max(rank, 1)
     if name in INDEX_REDUCTIONS:  # torch.argmax takes None or one axis
         axis = draw(st.one_of(st.none(), st.integers(-bound, bound - 1)))
@@ -410,7 +411,7 @@ def _dtype_argument(draw, name: str) -> dict:
 
 INDEX_REDUCTIONS = ("argmax", "argmin")
 LOGICAL_REDUCTIONS = ("any", "all")
-_TAKES_DTYPE = ("sum", "prod", "cumsum", "cumprod")
+_TAKES_DTYPE = ("sum", "prod", "nansum", "cumsum", "cumprod")
 
 
 def _reduced_shape(shape, axis, keepdim):

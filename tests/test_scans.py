@@ -1,0 +1,57 @@
+"""Scans forward and reversed, inclusive and exclusive, along either axis of 2-D inputs, one kernel each, against
+torch (flip, cumulative op, flip; and the identity shifted in for exclusive scans)."""
+import pytest
+import torch
+
+import tricomb as tc
+from tricomb.testing import assert_matches_torch, count_launches, schedule_overrides
+
+TILES = [{}, {"BLOCK_M": 2, "BLOCK_K": 4}]
+
+
+def _exclusive(inclusive: torch.Tensor, axis: int, identity) -> torch.Tensor:
+    first = torch.full_like(inclusive.narrow(axis, 0, 1), identity)
+    return torch.cat([first, inclusive.narrow(axis, 0, inclusive.shape[axis] - 1)], axis)
+
+
+@pytest.mark.parametrize("tiles", TILES, ids=["heuristic", "tiny-tiles"])
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+@pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_cumsum_and_cummax_in_every_direction(device, tiles, reverse, exclusive, axis):
+    x = torch.randn(7, 13, device=device)
+    for stage, torch_fn, identity in [(tc.cumsum, lambda t, d: torch.cumsum(t, d), 0.0),
+                                      (tc.cummax, lambda t, d: torch.cummax(t, d).values, -float("inf"))]:
+        pipe = stage(axis=axis, reverse=reverse, exclusive=exclusive)
+        with schedule_overrides(**tiles), count_launches() as launches:
+            got = pipe(x)
+        assert launches.triton == 1
+        t = x.cpu().flip(axis) if reverse else x.cpu()
+        want = torch_fn(t, axis)
+        want = _exclusive(want, axis, identity) if exclusive else want
+        want = want.flip(axis) if reverse else want
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_directions_with_maps_around_and_integer_streams(device, reverse, exclusive):
+    x = torch.randint(-50, 50, (5, 300), dtype=torch.int16, device=device)
+    pipe = tc.map(lambda v: v * 3) >> tc.cumsum(axis=1, reverse=reverse, exclusive=exclusive) >> tc.zip_with(tc.sub)
+    assert_matches_torch(pipe, x, torch.arange(300, device=device))
+    assert_matches_torch(tc.cummin(axis=0, reverse=reverse, exclusive=exclusive), x)
+
+
+def test_exclusive_scan_of_one_element_and_of_nothing(device):
+    assert tc.cumsum(exclusive=True)(torch.tensor(3.0, device=device)).item() == 0.0
+    assert tc.cumprod(exclusive=True, reverse=True)(torch.tensor([5.0], device=device)).tolist() == [1.0]
+    empty = torch.empty(4, 0, dtype=torch.int32, device=device)
+    assert tc.cummax(axis=1, exclusive=True)(empty).shape == (4, 0)
+
+
+def test_directions_print_and_parse_back():
+    pipe = tc.cumsum(axis=0, reverse=True, exclusive=True)
+    assert str(pipe) == "cumsum(axis=0, reverse=True, exclusive=True)"
+    assert tc.parse(str(pipe)) == pipe
+    with pytest.raises(tc.TricombError, match="reverse must be True or False"):
+        tc.scan(tc.add, reverse=1)
