@@ -1,6 +1,6 @@
 """Faults other libraries shipped (../shared/CASES.md), as tests holding torch's value, dtype and shape.
 
-Cases that need features of later versions (user and tuple operators: C12, C13) are not here yet; C18 needs more than 2**31 elements and runs on the GPU only.
+Cases that need features of later versions (tuple operators: C12, and C13's tuple form) are not here yet; C18 needs more than 2**31 elements and runs on the GPU only.
 """
 import math
 
@@ -117,6 +117,11 @@ def test_c11_argmax_ties_take_the_first_index(device, tiles):
         spikes = torch.zeros(5000, device=device)
         spikes[[17, 1234, 4999]] = 1.0
         _same(tc.argmax()(spikes), torch.tensor(17))
+
+
+def test_c13_non_associative_operator_is_refused_pointing_at_the_tuple_form():
+    with pytest.raises(tc.LawError, match=r"not associative.*\(v1, d1\), \(v2, d2\) -> \(v1 \* d2 \+ v2, d1 \* d2\)"):
+        tc.scan(lambda a, b: 0.5 * a + b, identity=0.0)
 
 
 def test_c14_non_power_of_two_sizes(device):

@@ -45,9 +45,11 @@ def test_non_callable_function():
         tc.map(3)
 
 
-def test_user_reduce_operators_are_not_supported_yet():
-    with pytest.raises(tc.UnsupportedError, match="not one of the builtin associative operators"):
+def test_user_operators_without_identity_are_not_supported_yet():
+    with pytest.raises(tc.UnsupportedError, match="needs identity="):
         tc.reduce(lambda a, b: a * b + 1)
+    with pytest.raises(tc.UnsupportedError, match="tuple operators of 2k arguments are not supported yet"):
+        tc.scan(lambda a, b, c, d: (a * d + c, b * d), identity=0.0)
 
 
 def test_second_reduce_is_rejected_with_a_fix():

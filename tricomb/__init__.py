@@ -10,14 +10,15 @@ from ._version import __version__
 from .api import (Pipeline, Plan, all, any, argmax, argmin, cummax, cummin, cumprod, cumsum, map, max, mean, min, nansum, prod, reduce, scan,
                   sum, zip_with)
 from .dsl.parser import parse
+from .pipeline.operators import Laws, check_laws
 from .errors import (ArityError, AxisError, DeviceError, DTypeError, InlineError, Location, ParseError, StageError,
-                     ShapeError, TraceError, TricombError, UnknownNameError, UnsupportedError)
+                     ShapeError, TraceError, TricombError, UnknownNameError, UnsupportedError, LawError)
 from .scalar.trace import BUILTINS as _BUILTINS
 
 globals().update(_BUILTINS)  # tc.exp, tc.add, tc.where, ...: one public name per row of the op table
 
 __all__ = ["Pipeline", "Plan", "map", "zip_with", "reduce", "scan", "sum", "prod", "max", "min", "mean", "nansum", "argmax", "argmin", "any", "all", "cumsum",
-           "cumprod", "cummax", "cummin", "parse", "TricombError", "ParseError", "UnknownNameError", "ArityError",
+           "cumprod", "cummax", "cummin", "parse", "check_laws", "Laws", "TricombError", "ParseError", "UnknownNameError", "ArityError",
            "TraceError", "InlineError", "ShapeError", "AxisError", "DTypeError", "DeviceError", "UnsupportedError",
-           "StageError",
+           "StageError", "LawError",
            "Location", "__version__"] + sorted(_BUILTINS)

@@ -101,23 +101,32 @@ def build_zip_with(g, where) -> Pipeline:
 
 
 def build_reduce(op, axis, keepdim, mean: bool, where, dtype=None, index: bool = False,
-                 skip_nan: bool = False) -> Pipeline:
+                 skip_nan: bool = False, identity=None) -> Pipeline:
     fn = to_function(op, role="reduce's operator", location=where)
     if not isinstance(keepdim, bool):
         raise TricombError(f"keepdim must be True or False, got {keepdim!r}", where)
-    stage = Reduce(fn, _axes(axis, where), keepdim, mean, _dtype(dtype, where), index, skip_nan, where)
+    stage = Reduce(fn, _axes(axis, where), keepdim, mean, _dtype(dtype, where), index, skip_nan,
+                   _identity(identity, where), where)
     return Pipeline(PipelineIR((stage,)))
 
 
-def build_scan(op, axis, where, dtype=None, reverse: bool = False, exclusive: bool = False) -> Pipeline:
+def build_scan(op, axis, where, dtype=None, reverse: bool = False, exclusive: bool = False,
+               identity=None) -> Pipeline:
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
         raise AxisError(f"scan's axis must be an int, got {axis!r}", where)
     for name, flag in (("reverse", reverse), ("exclusive", exclusive)):
         if not isinstance(flag, bool):
             raise TricombError(f"{name} must be True or False, got {flag!r}", where)
     fn = to_function(op, role="scan's operator", location=where)
-    stage = Scan(fn, int(axis), _dtype(dtype, where), reverse, exclusive, location=where)
+    stage = Scan(fn, int(axis), _dtype(dtype, where), reverse, exclusive, _identity(identity, where), location=where)
     return Pipeline(PipelineIR((stage,)))
+
+
+def _identity(identity, where):
+    """An operator's ``identity=``: None or a Python number."""
+    if identity is None or isinstance(identity, (bool, int, float)):
+        return identity
+    raise TricombError(f"identity= must be a Python number (the e with e op x == x), got {identity!r}", where)
 
 
 def _dtype(dtype, where) -> torch.dtype | None:
@@ -159,10 +168,12 @@ def zip_with(g) -> Pipeline:
     return build_zip_with(g, caller_location())
 
 
-def reduce(op, axis=None, keepdim: bool = False, dtype=None) -> Pipeline:  # noqa: A001
-    """``reduce(op, axis=None, keepdim=False, dtype=None)``: combine along ``axis`` (None or ``()``: all axes; an
-    int or a tuple of ints) with the associative operator ``op`` (``tc.add``, ``tc.mul``, ``tc.maximum``,
-    ``tc.minimum``).
+def reduce(op, axis=None, keepdim: bool = False, dtype=None, identity=None) -> Pipeline:  # noqa: A001
+    """``reduce(op, axis=None, keepdim=False, dtype=None, identity=None)``: combine along ``axis`` (None or ``()``:
+    all axes; an int or a tuple of ints) with the associative operator ``op``: a builtin (``tc.add``, ``tc.mul``,
+    ``tc.maximum``, ``tc.minimum``, ``tc.logaddexp``, ...), or a function of two values with its ``identity``,
+    whose laws are checked on a sample when the stage is built (:func:`tricomb.check_laws`; a reduce needs it to
+    commute too).
 
     The result dtype is torch's for the matching reduction (``torch.sum``, ``torch.prod``, ``torch.amax``,
     ``torch.amin``); NaN propagates through maximum/minimum as in torch. ``dtype`` (add and mul only, as
@@ -170,16 +181,17 @@ def reduce(op, axis=None, keepdim: bool = False, dtype=None) -> Pipeline:  # noq
     for a malformed axis, :class:`DTypeError` for an unknown dtype, :class:`UnsupportedError` for an operator
     that is not a builtin associative one or that takes no dtype.
     """
-    return build_reduce(op, axis, keepdim, False, caller_location(), dtype)
+    return build_reduce(op, axis, keepdim, False, caller_location(), dtype, identity=identity)
 
 
-def scan(op, axis: int = -1, reverse: bool = False, exclusive: bool = False, dtype=None) -> Pipeline:
+def scan(op, axis: int = -1, reverse: bool = False, exclusive: bool = False, dtype=None, identity=None) -> Pipeline:
     """``scan(op, axis=-1, reverse=False, exclusive=False, dtype=None)``: prefix combine along ``axis`` (as
     ``torch.cumsum`` for ``tc.add``). ``reverse`` combines from the end (suffixes: ``flip``, scan, ``flip``);
     ``exclusive`` leaves each element out of its own result, so the first holds the operator's identity (the
     usual exclusive scan, as in G. E. Blelloch, "Prefix sums and their applications", CMU-CS-90-190, 1990).
-    ``dtype`` as torch.cumsum's (add and mul only). The result has the stream's shape."""
-    return build_scan(op, axis, caller_location(), dtype, reverse, exclusive)
+    ``dtype`` as torch.cumsum's (add and mul only). ``op`` and ``identity`` as for :func:`reduce`; a scan keeps
+    the order of its operands, so its operator need not commute. The result has the stream's shape."""
+    return build_scan(op, axis, caller_location(), dtype, reverse, exclusive, identity)
 
 
 def _no_other_arguments(name: str, allowed: str, extra: dict) -> None:

@@ -85,6 +85,10 @@ class UnsupportedError(TricombError):
     """A well-formed pipeline that this version of tricomb cannot run yet."""
 
 
+class LawError(TricombError):
+    """A reduce or scan operator that breaks a law the plan relies on (associativity)."""
+
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 

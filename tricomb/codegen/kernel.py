@@ -173,7 +173,7 @@ def _before_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask
 def tile_reduce(ctx: ScalarContext, p: KernelPlan, tile: str, axis: int, combine: str) -> str:
     """The expression folding ``tile`` along ``axis`` with the plan's operator."""
     spec = p.operator
-    if spec.tile_reduce is None:
+    if spec is None or spec.tile_reduce is None:
         return f"tl.reduce({tile}, {axis}, {combine})"
     ctx.use_helpers([h for h in ("tc_max_over", "tc_min_over") if spec.tile_reduce.startswith(h)])
     return spec.tile_reduce.format(tile, axis)
@@ -182,7 +182,7 @@ def tile_reduce(ctx: ScalarContext, p: KernelPlan, tile: str, axis: int, combine
 def tile_scan(p: KernelPlan, tile: str, axis: int, combine: str) -> str:
     """The expression scanning ``tile`` along ``axis`` (inclusive) with the plan's operator."""
     spec = p.operator
-    if spec.tile_scan is None:
+    if spec is None or spec.tile_scan is None:
         return f"tl.associative_scan({tile}, {axis}, {combine})"
     return spec.tile_scan.format(tile, axis)
 

@@ -48,7 +48,7 @@ def emit_module(p: KernelPlan) -> str:
         combine = f"tc_arg{p.operator.name[:3]}_step"  # maximum -> tc_argmax_step, minimum -> tc_argmin_step
         ctx.use_helpers([combine])
     elif p.combine is not None:
-        combine = f"combine_{p.operator.name}"
+        combine = f"combine_{p.operator.name if p.operator is not None else 'user'}"
         emit_combine_function(body, ctx, combine, p)
         body.line()
         body.line()

@@ -20,7 +20,7 @@ from ..pipeline.evaluate import evaluate
 from ..pipeline.fields import field_inputs
 from ..pipeline.printer import stage_text as stage_name
 from ..pipeline.ir import PipelineIR, Reduce, Scan, Stage
-from ..pipeline.verify import operator_spec
+from ..pipeline.verify import operator_identity, operator_spec
 from ..scalar.builtins import OpSpec
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, Group, combine_stage, input_stages
@@ -60,7 +60,7 @@ class KernelPlan:
     @property
     def identity(self):
         """The operator's identity in the accumulator's dtype (masked lanes hold it)."""
-        return typed_identity(self.operator.identity, self.acc_dtype)
+        return typed_identity(operator_identity(self.combine), self.acc_dtype)
 
     @property
     def num_kernels(self) -> int:

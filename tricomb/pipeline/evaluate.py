@@ -15,7 +15,8 @@ from ..scalar.builtins import OPS
 from ..scalar.dtypes import typed_identity
 from ..scalar.ir import Function, JitCall, fold
 from .ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
-from .verify import iteration_axes, operator_spec
+from .operators import fold_reduce, fold_scan
+from .verify import iteration_axes, operator_identity, operator_spec
 
 OpHook = Callable[[torch.Tensor], torch.Tensor]
 
@@ -81,11 +82,11 @@ def reduce_tensor(stage: Reduce, x: torch.Tensor) -> torch.Tensor:
         return _arg_reduce(stage, x)
     if stage.skip_nan:
         return torch.nansum(x, dim=dims, keepdim=stage.keepdim, dtype=stage.dtype)
-    spec = operator_spec(stage.op)
+    reduce_ref, _ = _references(stage)
     x = _converted(x, stage.dtype)
     if x.dim() == 0:
-        return _converted(spec.reduce_ref(x.reshape(1), (0,)).reshape(()), stage.dtype)
-    out = spec.reduce_ref(x, dims)
+        return _converted(reduce_ref(x.reshape(1), (0,)).reshape(()), stage.dtype)
+    out = reduce_ref(x, dims)
     if stage.keepdim:
         for d in dims:
             out = out.unsqueeze(d)
@@ -115,13 +116,29 @@ def scan_tensor(stage: Scan, x: torch.Tensor) -> torch.Tensor:
     return _scan_along(stage, x, stage.axis % x.dim())
 
 
-def _scan_along(stage: Scan, x: torch.Tensor, axis: int) -> torch.Tensor:
+def _references(stage: Reduce | Scan):
+    """torch's reduce and scan for the stage's operator: the builtin's own ops, or a user operator's sequential
+    fold, in the dtype the operator gives for two stream values."""
     spec = operator_spec(stage.op)
+    if spec is not None and spec.identity is not None:
+        return spec.reduce_ref, spec.scan_ref
+    fn, identity = stage.op, stage.identity
+
+    def in_dtype(x: torch.Tensor) -> torch.Tensor:
+        one = torch.empty((), dtype=x.dtype, device="meta")
+        return x.to(evaluate_function(fn, [one, one])[0].dtype)
+
+    return (lambda x, dims: fold_reduce(fn, identity, in_dtype(x), dims),
+            lambda x, axis: fold_scan(fn, in_dtype(x), axis))
+
+
+def _scan_along(stage: Scan, x: torch.Tensor, axis: int) -> torch.Tensor:
+    _, scan_ref = _references(stage)
     if stage.reverse:
         x = x.flip(axis)
-    out = _converted(spec.scan_ref(x, axis), stage.dtype)
+    out = _converted(scan_ref(x, axis), stage.dtype)
     if stage.exclusive and out.shape[axis] > 0:
-        first = torch.full_like(out.narrow(axis, 0, 1), typed_identity(spec.identity, out.dtype))
+        first = torch.full_like(out.narrow(axis, 0, 1), typed_identity(operator_identity(stage), out.dtype))
         out = torch.cat([first, out.narrow(axis, 0, out.shape[axis] - 1)], axis)
     return out.flip(axis) if stage.reverse else out
 

@@ -43,6 +43,7 @@ class Reduce:
     position of the chosen element along the reduced axis (the flat row-major position for ``axis=None``), the
     first one on ties, NaN counting as the largest and the smallest value, as torch.argmax/argmin.
     ``skip_nan`` (the ``nansum`` shorthand): NaN elements count as the identity, as torch.nansum.
+    ``identity``: the operator's identity, for an operator that is not a builtin (builtins know theirs).
     """
 
     op: Function
@@ -52,6 +53,7 @@ class Reduce:
     dtype: torch.dtype | None = None
     index: bool = False
     skip_nan: bool = False
+    identity: float | int | bool | None = None
     location: Location | None = field(default=None, compare=False)
 
 
@@ -62,6 +64,7 @@ class Scan:
     ``dtype``, as torch.cumsum's: the stream is converted to it before combining, and the result has it.
     ``reverse``: combine from the end of the axis (``flip``, scan, ``flip``). ``exclusive``: element i combines
     the elements strictly before it (after it, reversed); the first holds the operator's identity.
+    ``identity``: the operator's identity, for an operator that is not a builtin.
     """
 
     op: Function
@@ -69,6 +72,7 @@ class Scan:
     dtype: torch.dtype | None = None
     reverse: bool = False
     exclusive: bool = False
+    identity: float | int | bool | None = None
     location: Location | None = field(default=None, compare=False)
 
 

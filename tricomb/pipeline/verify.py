@@ -5,11 +5,14 @@ dtypes (broadcasting, axes) happen when the pipeline is bound to tensors (:mod:`
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..errors import ArityError, AxisError, DTypeError, UnsupportedError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.ir import Arg, Call, Function
+from .operators import Laws, check_laws
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
 from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith, stream_widths
 
@@ -24,13 +27,48 @@ def operator_spec(op: Function) -> OpSpec | None:
     return None
 
 
+def operator_identity(stage: Reduce | Scan):
+    """The identity of the stage's operator: the one given (``identity=``), else the builtin's."""
+    if stage.identity is not None:
+        return stage.identity
+    spec = operator_spec(stage.op)
+    return spec.identity if spec is not None else None
+
+
+@functools.lru_cache(maxsize=256)
+def _laws(op: Function, identity, location) -> Laws:
+    return check_laws(op, identity, location=location)
+
+
+def _check_user_operator(stage: Reduce | Scan, kind: str) -> None:
+    """An operator that is not a builtin: two arguments, one result, an identity, associative (checked on a
+    sample); a reduce's must also commute, since its lanes are combined out of order."""
+    op = stage.op
+    if op.arity != 2 or len(op.outputs) != 1:
+        raise UnsupportedError(f"{kind}'s operator {op.name!r} takes {op.arity} arguments and returns "
+                               f"{len(op.outputs)} value(s); this version takes operators of two values returning "
+                               "one (tuple operators of 2k arguments are not supported yet)", stage.location)
+    if stage.identity is None:
+        raise UnsupportedError(f"{kind}'s operator {op.name!r} is not a builtin, so it needs identity= (the value e "
+                               "with e op x == x, e.g. 0 for a sum); operators without one are not supported yet",
+                               stage.location)
+    if stage.dtype is not None or (isinstance(stage, Reduce) and (stage.mean or stage.index or stage.skip_nan)):
+        raise UnsupportedError(f"dtype=, mean, argmax and nansum take builtin operators, not {op.name!r}",
+                               stage.location)
+    laws = _laws(op, stage.identity, stage.location)
+    if isinstance(stage, Reduce) and not laws.commutative:
+        raise UnsupportedError(f"reduce's operator {op.name!r} does not commute (a op b != b op a on a sample); a "
+                               "reduce combines lanes out of order, so it needs a commutative operator. A scan keeps "
+                               "the order: take the last element of a scan instead", stage.location)
+
+
 def _check_operator(stage: Reduce | Scan, kind: str) -> None:
     spec = operator_spec(stage.op)
     if spec is None or spec.identity is None:
-        supported = ", ".join(f"tc.{n}" for n, s in OPS.items() if s.identity is not None)
-        raise UnsupportedError(f"{kind}'s operator {stage.op.name!r} is not one of the builtin associative "
-                               f"operators ({supported}); user-defined operators are not supported yet",
-                               stage.location)
+        _check_user_operator(stage, kind)
+        return
+    if stage.identity is not None:
+        _laws(stage.op, stage.identity, stage.location)  # a builtin given its own identity: it must be one
     if isinstance(stage, Reduce) and stage.index:
         _check_index_reduce(stage, spec)
         return

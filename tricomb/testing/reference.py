@@ -44,14 +44,18 @@ def _magnitude(t: torch.Tensor) -> torch.Tensor:
 
 def _combine_scale(stage, value: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """The error scale after a reduce/scan: sums add magnitudes; max/min pass the chosen element's scale on;
-    products carry a relative error, so their scale is the result's own magnitude."""
-    name = operator_spec(stage.op).name
-    stage = dataclasses.replace(stage, dtype=None)  # scales stay float64 whatever the result's dtype
-    if name == "mul":
+    products carry a relative error, so their scale is the result's own magnitude; a user operator's scale is
+    the sum of magnitudes (as if it were a sum)."""
+    spec = operator_spec(stage.op)
+    builtin = spec is not None and spec.identity is not None
+    if builtin and spec.name == "mul":
         return _magnitude(value)
-    if name != "add":
-        op = to_function(BUILTINS["maximum"], role="scale")
-        stage = Reduce(op, stage.axis, stage.keepdim) if isinstance(stage, Reduce) else Scan(op, stage.axis)
+    if builtin and spec.name == "add":
+        stage = dataclasses.replace(stage, dtype=None)  # sums (and means) of the magnitudes, in float64
+    else:
+        op = to_function(BUILTINS["maximum" if builtin else "add"], role="scale")
+        stage = dataclasses.replace(stage, op=op, dtype=None, identity=None, **(
+            {"index": False, "mean": False, "skip_nan": False} if isinstance(stage, Reduce) else {"exclusive": False}))
     return reduce_tensor(stage, scale) if isinstance(stage, Reduce) else scan_tensor(stage, scale)
 
 
