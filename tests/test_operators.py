@@ -2,6 +2,7 @@
 the stage is built (associativity; commutativity for a reduce; the identity), and their results equal the
 sequential float64 fold (tricomb.testing's oracle)."""
 import pytest
+import triton
 import torch
 from hypothesis import given, note
 from hypothesis import strategies as st
@@ -87,3 +88,16 @@ def test_integer_user_operators_are_exact(device):
     assert torch.equal(got.cpu(), x.cpu().amin(1))
     got = tc.scan(lambda a, b: a + b * 1, axis=1, identity=0)(x)  # not the builtin add: no int64 promotion
     assert got.dtype == torch.int32 and torch.equal(got.cpu(), torch.cumsum(x.cpu(), 1, dtype=torch.int32))
+
+
+@triton.jit
+def _soft_or(a, b):
+    return a + b - a * b
+
+
+def test_a_triton_jit_operator_is_inlined_as_the_combine(device):
+    x = torch.rand(4, 50, device=device)
+    pipe = tc.reduce(_soft_or, axis=1, identity=0.0)
+    assert "def user__soft_or(" in pipe.source(x) or "_soft_or" in pipe.source(x)
+    assert_matches_torch(pipe, x)
+    assert_matches_torch(tc.scan(_soft_or, axis=0, identity=0.0, reverse=True), x)
