@@ -4,11 +4,15 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile("default", max_examples=40, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("gpu", max_examples=200, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# the gpu profile without shrinking: a failing example is reported at once (not minimal), for short device runs
+settings.register_profile("gpu-noshrink", max_examples=200, deadline=None,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate],
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("TRICOMB_HYPOTHESIS_PROFILE", "default"))
 
