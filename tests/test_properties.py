@@ -96,7 +96,7 @@ def _single_combines(draw):
         + LOGICAL_REDUCTIONS
     if dtype.is_floating_point or draw(st.integers(0, 9)) == 0:  # torch's mean refuses integers: so must we
         names += ("mean",)
-    return Case(draw(combines(shape, names)), (x,))
+    return Case(draw(combines(shape, names, integral=not dtype.is_floating_point)), (x,))
 
 
 @MORE

@@ -108,10 +108,10 @@ def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | 
     literal, or, with ``fill_shape``, as a tile of that shape (for helpers, which apply tensor methods to their
     arguments). A tensor value converted to float16 or bfloat16 is rounded to it first, as torch rounds an int32
     meeting a float16 tensor (2049 becomes 2048) before computing in float32."""
-    target = compute_dtype(dtype)
+    target = arith_dtype(dtype)
     if not isinstance(value, Value):
         literal = render_const(float(value) if target.is_floating_point and not isinstance(value, bool)
-                               else _wrapped(value, target))
+                               else _wrapped(value, dtype))
         if target.is_floating_point and value == 0 and math.copysign(1.0, value) < 0:
             # -0.0: Triton's constants and constant folding lose the sign of zero, so build its bits
             bits, ints = (-2**63, "tl.int64") if target == torch.float64 else (-2**31, "tl.int32")
@@ -124,7 +124,29 @@ def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | 
         return f"{to_storage(ctx, text, dtype)}.to(tl.float32)"
     if compute_dtype(value.dtype) == target:
         return text
-    return f"{text}.to({tl_dtype(target)})"
+    return f"{text}.to({tl_dtype(target)})"  # (widening an integer is exact)
+
+
+# Integer ops of these torch dtypes are computed one size up, where they cannot overflow, and wrapped back with
+# bitwise arithmetic (see _wrap): overflow in the narrow type itself is undefined to LLVM, and the compiled kernel
+# was seen not to wrap (-x of int16 -32768, summed as int64, gave +32768 on the H200).
+_WIDER = {torch.int8: torch.int32, torch.int16: torch.int32, torch.uint8: torch.int32, torch.int32: torch.int64}
+
+
+def arith_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype an op whose torch dtype is ``dtype`` computes in: a wider integer for the narrow ones, else the
+    compute dtype."""
+    return _WIDER.get(dtype, compute_dtype(dtype))
+
+
+def _wrap(text: str, dtype: torch.dtype) -> str:
+    """``text``, computed in ``arith_dtype(dtype)``, wrapped into ``dtype`` as two's complement arithmetic wraps
+    (with well-defined bitwise operations, then an exact conversion)."""
+    bits = torch.iinfo(dtype).bits
+    if dtype == torch.uint8:
+        return f"(({text}) & {2**bits - 1}).to({tl_dtype(dtype)})"
+    half = 2 ** (bits - 1)
+    return f"(((({text}) + {half}) & {2**bits - 1}) - {half}).to({tl_dtype(dtype)})"
 
 
 def _wrapped(value, target: torch.dtype):
@@ -189,7 +211,9 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
                          "float (x * 1.0)", fn.location)
     result = ctx.names.fresh("t")
     rendered = _render(ctx, expr, texts, dtype)
-    if not dtype.is_floating_point:
+    if dtype in _WIDER:
+        rendered = _wrap(rendered, dtype)
+    elif not dtype.is_floating_point:
         rendered = f"({rendered}).to({tl_dtype(compute_dtype(dtype))})"
     w.line(f"{result} = {rendered}")
     zero_dim = all(o.zero_dim for o in operands if isinstance(o, Value))

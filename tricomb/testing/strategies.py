@@ -344,7 +344,8 @@ def integer_pipelines_and_inputs(draw, max_numel: int = 2048, allow_empty: bool 
     for _ in range(draw(st.integers(0, 3))):
         stages.append(stage(shape))
     if combine is not None:
-        stage_, shape_after = _combine(draw, combine, shape)
+        integral = not (stages and _stream_dtype(stages, inputs).is_floating_point)
+        stage_, shape_after = _combine(draw, combine, shape, integral and not inputs[0].is_floating_point())
         stages.append(stage_)
         for _ in range(draw(st.integers(0, 2))):
             stages.append(stage(shape_after))
@@ -354,11 +355,12 @@ def integer_pipelines_and_inputs(draw, max_numel: int = 2048, allow_empty: bool 
 
 
 @st.composite
-def combines(draw, shape: tuple[int, ...], names: tuple[str, ...] = REDUCTIONS + SCANS) -> api.Pipeline:
+def combines(draw, shape: tuple[int, ...], names: tuple[str, ...] = REDUCTIONS + SCANS,
+             integral: bool = False) -> api.Pipeline:
     """One reduce or scan stage for a stream of ``shape``, named from ``names``: a random axis (negative ones
     too), tuple of axes or ``None``, and a random keepdim; a reduce is sometimes written in the general form
     (``tc.reduce(tc.add, ...)``)."""
-    return _combine(draw, draw(st.sampled_from(names)), shape)[0]
+    return _combine(draw, draw(st.sampled_from(names)), shape, integral)[0]
 
 
 @st.composite
@@ -379,13 +381,15 @@ def elementwise_cases(draw, max_numel: int = 2048, allow_empty: bool = True) -> 
     return Case(_compose(stages), tuple(inputs))
 
 
-def _combine(draw, name: str, shape: tuple[int, ...]):
+def _combine(draw, name: str, shape: tuple[int, ...], integral: bool = False):
+    """A reduce or scan stage named ``name``; ``integral``: the stream holds integers or bools, so an integer
+    ``dtype=`` may be drawn (converting floats to integers is a jump, as floor is)."""
     stage_fn = getattr(api, name)
     rank = len(shape)
     if name in SCANS:
         axis = draw(st.integers(-max(rank, 1), max(rank, 1) - 1))
         return stage_fn(axis=axis, reverse=draw(st.booleans()), exclusive=draw(st.booleans()),
-                        **_dtype_argument(draw, name)), shape
+                        **_dtype_argument(draw, name, integral)), shape
     bound = max(rank, 1)
     if name in INDEX_REDUCTIONS:  # torch.argmax takes None or one axis
         axis = draw(st.one_of(st.none(), st.integers(-bound, bound - 1)))
@@ -398,14 +402,16 @@ def _combine(draw, name: str, shape: tuple[int, ...]):
     if name in ("sum", "prod", "max", "min") and draw(st.integers(0, 3)) == 0:  # the general form
         op = BUILTINS[{"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum"}[name]]
         return api.reduce(op, axis=axis, keepdim=keepdim), _reduced_shape(shape, axis, keepdim)
-    stage = stage_fn(axis=axis, keepdim=keepdim, **_dtype_argument(draw, name))
+    stage = stage_fn(axis=axis, keepdim=keepdim, **_dtype_argument(draw, name, integral))
     return stage, _reduced_shape(shape, axis, keepdim)
 
 
-def _dtype_argument(draw, name: str) -> dict:
+def _dtype_argument(draw, name: str, integral: bool = False) -> dict:
     """Sometimes a ``dtype=`` for the shorthands that take one, as torch's do."""
     if name not in _TAKES_DTYPE or draw(st.integers(0, 3)):
         return {}
+    if not integral:
+        return {"dtype": draw(st.sampled_from((torch.float64, torch.float32)))}
     if name in ("prod", "cumprod"):
         # an integer product converted to a float overflows, and inf * 0 then depends on the order of combination
         return {"dtype": torch.int64}
