@@ -260,3 +260,12 @@ def test_relu_of_large_integers_stays_exact(device):
 def test_scan_with_dtype_bool_is_refused_as_torch_refuses_it():
     with pytest.raises(tc.DTypeError, match="dtype=bool"):
         tc.cumsum(dtype=torch.bool)
+
+
+def test_a_zero_dim_wider_integer_is_converted_to_the_ops_dtype_first(device):
+    """Found by the property tests: int8 tensor with an int16 0-d tensor is an int8 op in torch (128 -> -128)."""
+    x = torch.tensor([0, 5, -3], dtype=torch.int8, device=device)
+    y = torch.tensor(128, dtype=torch.int16, device=device)
+    got = tc.zip_with(tc.maximum)(x, y)
+    want = torch.maximum(x.cpu(), y.cpu())
+    assert got.dtype == want.dtype == torch.int8 and torch.equal(got.cpu(), want)

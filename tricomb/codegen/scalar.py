@@ -122,9 +122,11 @@ def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | 
         if compute_dtype(value.dtype) != torch.float32:
             text = f"{text}.to(tl.float32)"  # through float32, as c10's Half and BFloat16 are built from a float
         return f"{to_storage(ctx, text, dtype)}.to(tl.float32)"
+    if dtype in _WIDER and value.dtype != dtype:
+        text = f"{text}.to({tl_dtype(dtype)})"  # to the op's dtype first, wrapping as torch converts (int16 128 -> int8 -128)
     if compute_dtype(value.dtype) == target:
         return text
-    return f"{text}.to({tl_dtype(target)})"  # (widening an integer is exact)
+    return f"{text}.to({tl_dtype(target)})"  # (then widening an integer is exact)
 
 
 # Integer ops of these torch dtypes are computed one size up, where they cannot overflow, and wrapped back with
