@@ -101,3 +101,24 @@ def test_a_triton_jit_operator_is_inlined_as_the_combine(device):
     assert "def user__soft_or(" in pipe.source(x) or "_soft_or" in pipe.source(x)
     assert_matches_torch(pipe, x)
     assert_matches_torch(tc.scan(_soft_or, axis=0, identity=0.0, reverse=True), x)
+
+
+def test_a_saturating_operator_is_refused_though_associative_near_zero():
+    """Found by the hostile review: samples within [-2, 2] never reach the threshold; the sample now does."""
+    with pytest.raises(tc.LawError, match="not associative"):
+        tc.reduce(lambda a, b: tc.where(a + b > 10.0, 10.0, a + b), identity=0.0)
+
+
+def test_a_fractional_identity_is_checked_on_floats_only(device):
+    x = torch.tensor([1.0, 2.0, 3.0], device=device)
+    assert tc.scan(lambda a, b: a + b - 0.5, identity=0.5)(x).tolist() == [1.0, 2.5, 5.0]
+
+
+def test_an_identity_that_does_not_fit_the_values_is_refused_before_launch():
+    with pytest.raises(tc.DTypeError, match="identity=-1000 does not fit the int8"):
+        tc.scan(tc.maximum, identity=-1000, exclusive=True)(torch.tensor([1, 2], dtype=torch.int8))
+
+
+def test_torch_errors_inside_an_operator_are_located_and_explained():
+    with pytest.raises(tc.LawError, match="take no Python numbers"):
+        tc.reduce(lambda a, b: tc.minimum(a + b, 10.0), identity=0.0)

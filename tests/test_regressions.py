@@ -269,3 +269,10 @@ def test_a_zero_dim_wider_integer_is_converted_to_the_ops_dtype_first(device):
     got = tc.zip_with(tc.maximum)(x, y)
     want = torch.maximum(x.cpu(), y.cpu())
     assert got.dtype == want.dtype == torch.int8 and torch.equal(got.cpu(), want)
+
+
+def test_nansum_drops_nan_before_an_integer_dtype(device):
+    """Found by the hostile review: NaN converted to int64 first gave the most negative integer."""
+    x = torch.tensor([[1.5, float("nan"), 2.5]], device=device)
+    got = tc.nansum(axis=1, dtype=torch.int64)(x)
+    assert got.tolist() == torch.nansum(x.cpu(), 1, dtype=torch.int64).tolist() == [3]

@@ -194,15 +194,16 @@ def _to_accumulator(ctx: ScalarContext, p: KernelPlan, value: Value) -> str:
     faulty direct conversions to bfloat16."""
     text = value.text
     wanted = p.combine.dtype
+    skip_nan = isinstance(p.combine, Reduce) and p.combine.skip_nan
+    if skip_nan and value.dtype.is_floating_point:
+        # nansum: a NaN counts as 0, before any dtype= conversion (torch drops it first)
+        text = f"tc_nan_to({text}, 0.0)"
+        ctx.use_helpers(["tc_nan_to"])
     if wanted is not None and wanted != value.dtype and wanted != p.acc_dtype:
         if wanted in (torch.float16, torch.bfloat16):
             text = f"{text}.to(tl.float32)"
         text = to_storage(ctx, text, wanted)
-    text = f"{text}.to({tl_dtype(p.acc_dtype)})"
-    if isinstance(p.combine, Reduce) and p.combine.skip_nan:
-        text = f"tc_nan_to({text}, {_identity(p)})"  # nansum: a NaN counts as the identity
-        ctx.use_helpers(["tc_nan_to"])
-    return text
+    return f"{text}.to({tl_dtype(p.acc_dtype)})"
 
 
 def _identity(p: KernelPlan) -> str:

@@ -95,6 +95,14 @@ def combined_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torch.dty
     return evaluate(PipelineIR(pipeline.stages[:at + 1]), metas).dtype
 
 
+def _check_identity_fits(stage, acc: torch.dtype) -> None:
+    value = typed_identity(stage.identity, acc)
+    if not acc.is_floating_point and acc != torch.bool and not (
+            torch.iinfo(acc).min <= value <= torch.iinfo(acc).max):
+        raise DTypeError(f"identity={stage.identity!r} does not fit the {str(acc)[6:]} values this stage combines; "
+                         f"give one in [{torch.iinfo(acc).min}, {torch.iinfo(acc).max}]", stage.location)
+
+
 def _index_values_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torch.dtype:
     """The dtype of the values an argmax/argmin compares (the stream entering stage ``at``); bool is refused,
     as torch's CPU and CUDA kernels refuse it."""
@@ -118,6 +126,8 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
     acc = compute_dtype(combined) if combined is not None else None
     if isinstance(stage, Reduce) and stage.index:
         acc = compute_dtype(_index_values_dtype(pipeline, binding, at))
+    if stage is not None and stage.identity is not None:
+        _check_identity_fits(stage, acc)
     return KernelPlan(kind, pipeline, binding, inputs, outputs, field_inputs(pipeline), pipeline.stages[:at], stage,
                       pipeline.stages[at + 1:], _compute_dtype(binding.dtypes), combined, acc)
 

@@ -33,7 +33,12 @@ class Laws:
 
 def _apply(fn: Function, a, b) -> torch.Tensor:
     from .evaluate import evaluate_function
-    return evaluate_function(fn, [a, b])[0]
+    try:
+        return evaluate_function(fn, [a, b])[0]
+    except (RuntimeError, TypeError) as exc:
+        raise LawError(f"operator {fn.name!r} cannot be evaluated by torch on ({a.dtype}, {b.dtype}) values: {exc}. "
+                       "(Builtins of two values such as tc.minimum take no Python numbers: write "
+                       "tc.where(x < 10.0, x, 10.0))", fn.location) from None
 
 
 def _differ(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -48,8 +53,11 @@ def _differ(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _samples() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Floats near 0 and of magnitudes up to 1e3 (a saturating operator shows itself only past its threshold),
+    and small integers."""
     gen = torch.Generator().manual_seed(20261129)
-    floats = [torch.rand(_SAMPLE, generator=gen, dtype=torch.float64) * 4 - 2 for _ in range(3)]
+    scale = torch.tensor([2.0, 30.0, 1000.0], dtype=torch.float64).repeat_interleave(_SAMPLE // 2)
+    floats = [(torch.rand(scale.numel(), generator=gen, dtype=torch.float64) * 2 - 1) * scale for _ in range(3)]
     ints = [torch.randint(-5, 6, (_SAMPLE,), generator=gen) for _ in range(3)]
     return [tuple(floats), tuple(ints)]
 
@@ -78,7 +86,9 @@ def check_laws(op, identity=None, name: str | None = None, location=None) -> Law
                 "A linear recurrence h = alpha * h + x is associative as an operator on pairs (value, decay): "
                 "(v1, d1), (v2, d2) -> (v1 * d2 + v2, d1 * d2)", location)
         commutative = commutative and not bool(_differ(_apply(fn, a, b), _apply(fn, b, a)).any())
-        if identity is not None:
+        integral = isinstance(identity, bool) or (isinstance(identity, (int, float)) and
+                                                  (abs(identity) == float("inf") or float(identity).is_integer()))
+        if identity is not None and (a.is_floating_point() or integral):
             _check_identity(fn, identity, a, name, location)
     return Laws(True, commutative)
 

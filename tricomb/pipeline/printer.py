@@ -55,7 +55,8 @@ def stage_text(stage: Stage) -> str:
     spec = operator_spec(stage.op)
     if isinstance(stage, Reduce):
         axis = stage.axis[0] if stage.axis is not None and len(stage.axis) == 1 else stage.axis
-        args = _args(axis=axis, keepdim=stage.keepdim or None, dtype=stage.dtype, identity=stage.identity)
+        args = _args(axis=axis, keepdim=stage.keepdim or None, dtype=stage.dtype,
+                     identity=stage.identity if spec is None or spec.identity is None else None)
         if stage.mean:
             return f"mean{args}"
         if stage.index:
@@ -65,7 +66,8 @@ def stage_text(stage: Stage) -> str:
         short = BY_OPERATOR.get(("reduce", spec.name)) if spec else None
         return f"{short}{args}" if short else f"reduce {function_text(stage.op)}{args}"
     args = _args(axis=stage.axis if stage.axis != -1 else None, reverse=stage.reverse or None,
-                 exclusive=stage.exclusive or None, dtype=stage.dtype, identity=stage.identity)
+                 exclusive=stage.exclusive or None, dtype=stage.dtype,
+                 identity=stage.identity if spec is None or spec.identity is None else None)
     short = BY_OPERATOR.get(("scan", spec.name)) if spec else None
     return f"{short}{args}" if short else f"scan {function_text(stage.op)}{args}"
 
