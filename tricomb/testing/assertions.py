@@ -73,12 +73,11 @@ def assert_matches_torch(pipe, *inputs: torch.Tensor, result=None, check_layout:
     Raises AssertionError naming the first mismatching elements. Returns the result.
     """
     from ..lower.bind import bind
-    from ..lower.fuse import plan
     if result is None:
         result = pipe(*inputs)
     refs = reference(pipe, *inputs)
-    binding, fields = bind(pipe.ir, inputs)
-    compute = plan(pipe.ir, binding).compute_dtype
+    _, fields = bind(pipe.ir, inputs)
+    compute = (refs if isinstance(refs, tuple) else (refs,))[0].compute  # the least precise compute dtype used
     if len(fields) == 1:
         _check_field(pipe, result, refs, fields[0], compute, "", check_layout)
         return result

@@ -31,6 +31,7 @@ class Reference:
     scale: torch.Tensor
     dtype: torch.dtype
     length: int  # the longest chain of elements combined into one result (1 without reduce/scan)
+    compute: torch.dtype = torch.float64  # the least precise dtype the kernel computes any stage in
 
 
 def _ir(pipe) -> PipelineIR:
@@ -82,6 +83,7 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
     values: list[torch.Tensor] = []
     scales: list[torch.Tensor] = []
     kinds: list[torch.Tensor] = []
+    seen = {t.dtype for t in inputs}  # the dtypes of the inputs and of the stream after every stage
     length = 1
     for i, (stage, take) in enumerate(zip(ir.stages, new_inputs(ir.stages))):
         new, pending = pending[:take], pending[take:]
@@ -91,15 +93,18 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
             values, scales = _apply(stage, values + new, scales + [_magnitude(a) for a in new], rounded,
                                     [m.dtype for m in args])
             kinds = evaluate_function(stage.fn, args)
+            seen |= {k.dtype for k in kinds}
             continue
         value, scale = (values[0], scales[0]) if i else (new[0], _magnitude(new[0]))
         combined = rounded(reduce_tensor(stage, value) if isinstance(stage, Reduce) else scan_tensor(stage, value))
         scale = torch.maximum(_magnitude(_combine_scale(stage, combined, scale)), _magnitude(combined))
         kind = kinds[0] if i else new_metas[0]
         kinds = [reduce_tensor(stage, kind) if isinstance(stage, Reduce) else scan_tensor(stage, kind)]
+        seen.add(kinds[0].dtype)
         values, scales = [combined], [scale]
         length = max(1, _length(stage, value, combined))
-    refs = tuple(Reference(v, s, f.dtype, length) for v, s, f in zip(values, scales, fields))
+    least = torch.float32 if seen & {torch.float16, torch.bfloat16, torch.float32} else compute
+    refs = tuple(Reference(v, s, f.dtype, length, least) for v, s, f in zip(values, scales, fields))
     return refs[0] if len(refs) == 1 else refs
 
 
