@@ -224,7 +224,7 @@ def _shorthand(spec: Shorthand):
     stage.__name__ = stage.__qualname__ = spec.name
     args = "axis=None, keepdim=False" if spec.kind == "reduce" else "axis=-1, reverse=False, exclusive=False"
     stage.__doc__ = (f"``{spec.name}({args}{', dtype=None' if spec.takes_dtype else ''})``: the "
-                     f"{'reduce' if spec.kind == 'reduce' else 'inclusive scan'} stage of {spec.torch_name}"
+                     f"{spec.kind} stage of {spec.torch_name}"
                      f"{' (dtype= as torch' + chr(39) + 's)' if spec.takes_dtype else ''}.")
     return stage
 
