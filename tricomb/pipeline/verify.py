@@ -49,9 +49,10 @@ def _check_user_operator(stage: Reduce | Scan, kind: str) -> None:
                                f"{len(op.outputs)} value(s); this version takes operators of two values returning "
                                "one (tuple operators of 2k arguments are not supported yet)", stage.location)
     if stage.identity is None:
-        raise UnsupportedError(f"{kind}'s operator {op.name!r} is not a builtin, so it needs identity= (the value e "
-                               "with e op x == x, e.g. 0 for a sum); operators without one are not supported yet",
-                               stage.location)
+        builtins = ", ".join(f"tc.{n}" for n, spec in OPS.items() if spec.identity is not None)
+        raise UnsupportedError(f"{kind}'s operator {op.name!r} is not one of the builtin operators ({builtins}), so "
+                               "it needs identity= (the value e with e op x == x, e.g. 0 for a sum); operators "
+                               "without one are not supported yet", stage.location)
     if stage.dtype is not None or (isinstance(stage, Reduce) and (stage.mean or stage.index or stage.skip_nan)):
         raise UnsupportedError(f"dtype=, mean, argmax and nansum take builtin operators, not {op.name!r}",
                                stage.location)
