@@ -7,7 +7,6 @@ a comment naming that stage.
 """
 from __future__ import annotations
 
-import torch
 
 from ..lower.bind import input_stages
 from ..lower.fuse import KernelPlan, Slot
@@ -189,9 +188,7 @@ def tile_scan(p: KernelPlan, tile: str, axis: int, combine: str) -> str:
 
 def _to_accumulator(ctx: ScalarContext, p: KernelPlan, value: Value) -> str:
     """The stream value in the accumulator's dtype; through the stage's ``dtype=`` first, which rounds (or wraps)
-    as torch's conversion before the combine does. torch converts to float16/bfloat16 through float32 (c10's
-    Half and BFloat16 are built from a float), and so does this, which also avoids Triton's interpreter's
-    faulty direct conversions to bfloat16."""
+    as torch's conversion before the combine does (:func:`to_storage`)."""
     text = value.text
     wanted = p.combine.dtype
     skip_nan = isinstance(p.combine, Reduce) and p.combine.skip_nan
@@ -200,9 +197,7 @@ def _to_accumulator(ctx: ScalarContext, p: KernelPlan, value: Value) -> str:
         text = f"tc_nan_to({text}, 0.0)"
         ctx.use_helpers(["tc_nan_to"])
     if wanted is not None and wanted != value.dtype and wanted != p.acc_dtype:
-        if wanted in (torch.float16, torch.bfloat16):
-            text = f"{text}.to(tl.float32)"
-        text = to_storage(ctx, text, wanted)
+        text = to_storage(ctx, text, wanted, value.dtype)
     return f"{text}.to({tl_dtype(p.acc_dtype)})"
 
 

@@ -94,9 +94,13 @@ def _torch_dtype(expr: Call | JitCall, operands: list) -> torch.dtype:
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def to_storage(ctx: "ScalarContext", text: str, dtype: torch.dtype) -> str:
-    """The compute-type expression ``text`` converted to ``dtype``; bfloat16 through :data:`tc_to_bf16`, which
-    rounds to nearest even under Triton's interpreter too (its own conversion truncates)."""
+def to_storage(ctx: "ScalarContext", text: str, dtype: torch.dtype, source: torch.dtype = torch.float32) -> str:
+    """The expression ``text``, held in ``source``'s compute type, converted to ``dtype``. To float16 and
+    bfloat16 it goes through float32, as torch's does (c10's Half and BFloat16 are built from a float); bfloat16
+    through :data:`tc_to_bf16`, which rounds to nearest even under Triton's interpreter too (its own conversion
+    truncates)."""
+    if dtype in _HALF and compute_dtype(source) != torch.float32:
+        text = f"{text}.to(tl.float32)"
     if dtype == torch.bfloat16:
         ctx.use_helpers(["tc_to_bf16"])
         return f"tc_to_bf16({text})"
@@ -119,9 +123,7 @@ def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | 
         return f"tl.full({fill_shape}, {literal}, {tl_dtype(target)})" if fill_shape else literal
     text = value.text
     if dtype in _HALF and value.dtype != dtype:
-        if compute_dtype(value.dtype) != torch.float32:
-            text = f"{text}.to(tl.float32)"  # through float32, as c10's Half and BFloat16 are built from a float
-        return f"{to_storage(ctx, text, dtype)}.to(tl.float32)"
+        return f"{to_storage(ctx, text, dtype, value.dtype)}.to(tl.float32)"
     if dtype in _WIDER and value.dtype != dtype:
         text = f"{text}.to({tl_dtype(dtype)})"  # to the op's dtype first, wrapping as torch converts (int16 128 -> int8 -128)
     if compute_dtype(value.dtype) == target:
