@@ -7,7 +7,6 @@ a comment naming that stage.
 """
 from __future__ import annotations
 
-
 from ..lower.bind import input_stages
 from ..lower.fuse import KernelPlan, Slot
 from ..pipeline.ir import Map, Reduce, Stage, ZipWith
