@@ -272,7 +272,50 @@ def test_a_zero_dim_wider_integer_is_converted_to_the_ops_dtype_first(device):
 
 
 def test_nansum_drops_nan_before_an_integer_dtype(device):
-    """Found by the hostile review: NaN converted to int64 first gave the most negative integer."""
+    """Found by the hostile review: NaN converted to int64 first gave the most negative integer. torch 2.13 gives
+    3 (1 + 2, each value truncated); torch 2.11 refuses an integer nansum on the CPU, so the value is written out."""
     x = torch.tensor([[1.5, float("nan"), 2.5]], device=device)
     got = tc.nansum(axis=1, dtype=torch.int64)(x)
-    assert got.tolist() == torch.nansum(x.cpu(), 1, dtype=torch.int64).tolist() == [3]
+    assert got.dtype == torch.int64 and got.tolist() == [3]
+
+
+def test_oracle_skips_only_elements_whose_grouping_decides_the_value():
+    """Found by the property tests on the H200: float32 ``cumprod`` of 1e-30, 1e-30, inf is NaN when the first
+    product underflows (the kernel, and torch on CUDA) and inf when it does not (torch on the CPU, which
+    accumulates in float64). The oracle marks such elements and compares every other one as before."""
+    from tricomb.testing.reference import reference
+    tiny, inf = 1e-30, float("inf")
+    scan = tc.cumprod(axis=0, reverse=True, exclusive=True)  # element k combines elements k+1 .. 4
+    x = torch.tensor([[tiny], [tiny], [tiny], [inf], [2.0]])
+    assert reference(scan, x).order_dependent[:, 0].tolist() == [True, False, False, False, False]
+    big = torch.tensor([3e38, 3e38, -3e38, 1.0])
+    assert reference(tc.cumsum(), big).order_dependent.tolist() == [False, True, True, True]
+    assert reference(tc.cummax(), big).order_dependent.tolist() == [False] * 4
+    assert reference(tc.cumsum() >> tc.map(lambda v: v * 2), big).order_dependent.tolist() == [False, True, True, True]
+
+    got = scan(x)
+    assert_matches_torch(scan, x, result=got)
+    wrong = got.clone()
+    wrong[1, 0] = 2.0  # exactly inf * 2 = inf in any order
+    with pytest.raises(AssertionError, match=r"at \(1, 0\)"):
+        assert_matches_torch(scan, x, result=wrong)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.uint8])
+def test_wrapped_narrow_integers_stay_wrapped_when_widened(dtype, device):
+    """Found by the property tests on the H200: -x of int16 -32768, summed as int64, gave +32768 (ptxas compiles
+    ``neg.s16`` then ``cvt.s64.s16`` without the wrap). Each way a wrapped narrow value is widened: a sum, an
+    int64 operand, a float conversion, a cumsum, and a wrapping user scan followed by an int64 operand."""
+    info = torch.iinfo(dtype)
+    x = torch.tensor([info.min, info.max, 0, 1, info.max - 1, info.min + 1, 3, info.min], dtype=dtype)
+    y = torch.arange(8, dtype=torch.int64)
+    xd, yd = x.to(device), y.to(device)
+    assert tc.sum()(tc.map(tc.neg)(xd)).item() == (-x).sum().item()
+    assert (tc.map(tc.neg) >> tc.sum())(xd).item() == (-x).sum().item()
+    assert (tc.map(lambda v: v + v) >> tc.sum())(xd).item() == (x + x).sum().item()
+    assert torch.equal((tc.map(tc.neg) >> tc.zip_with(tc.add))(xd, yd).cpu(), -x + y)
+    assert torch.equal(tc.map(lambda v: -v * 1.0)(xd).cpu(), -x * 1.0)
+    assert torch.equal((tc.map(tc.neg) >> tc.cumsum())(xd).cpu(), torch.cumsum(-x, 0))
+    wrapping = tc.scan(lambda a, b: a + b - 1, identity=1) >> tc.zip_with(tc.add)  # no builtin: stays in dtype
+    want = (torch.cumsum(x.to(torch.int64), 0) - torch.arange(8)).to(dtype) + y
+    assert torch.equal(wrapping(xd, yd).cpu(), want)

@@ -7,13 +7,16 @@ a comment naming that stage.
 """
 from __future__ import annotations
 
+import torch
+
 from ..lower.bind import input_stages
 from ..lower.fuse import KernelPlan, Slot
 from ..pipeline.ir import Map, Reduce, Stage, ZipWith
 from ..pipeline.printer import stage_text
-from ..scalar.dtypes import compute_dtype
-from .scalar import ScalarContext, Value, emit_function, render_const, tl_dtype, to_storage
+from ..scalar.dtypes import held_dtype
+from .scalar import ScalarContext, Value, emit_function, render_const, tl_dtype, to_integer, to_storage
 from .writer import Writer
+
 
 def group_size(g: int) -> str:
     return f"n{g}"
@@ -80,8 +83,8 @@ def emit_loads(w: Writer, p: KernelPlan, slots, address: dict[str, str], mask: s
     for slot in slots:
         var = f"x_{slot.name}"
         load = f"tl.load({slot.name} + {address[slot.name]}, mask={mask}, other=0)"
-        if compute_dtype(slot.dtype) != slot.dtype:
-            load += f".to({tl_dtype(compute_dtype(slot.dtype))})"
+        if held_dtype(slot.dtype) != slot.dtype:
+            load += f".to({tl_dtype(held_dtype(slot.dtype))})"
         w.line(f"{var} = {load}")
         values[slot.name] = Value(var, slot.dtype, ranks[slot.name] == 0)
     return values
@@ -106,7 +109,7 @@ def emit_combine_function(w: Writer, ctx: ScalarContext, name: str, p: KernelPla
     with w.block(f"def {name}(a, b):"):
         args = [Value(n, p.acc_dtype) for n in ("a", "b")]
         result = emit_function(w, ctx, p.combine.op, args, "[1]")[0]
-        w.line(f"return {result.text}.to({tl_dtype(p.acc_dtype)})")
+        w.line(f"return {result.text}.to({_acc(p)})")
 
 
 def _store(w: Writer, ctx: ScalarContext, p: KernelPlan, values: list[Value], addresses: dict[str, str], mask: str,
@@ -195,9 +198,15 @@ def _to_accumulator(ctx: ScalarContext, p: KernelPlan, value: Value) -> str:
         # nansum: a NaN counts as 0, before any dtype= conversion (torch drops it first)
         text = f"tc_nan_to({text}, 0.0)"
         ctx.use_helpers(["tc_nan_to"])
-    if wanted is not None and wanted != value.dtype and wanted != p.acc_dtype:
-        text = to_storage(ctx, text, wanted, value.dtype)
-    return f"{text}.to({tl_dtype(p.acc_dtype)})"
+    if wanted is not None and wanted != value.dtype:
+        integral = not wanted.is_floating_point and wanted != torch.bool
+        text = to_integer(text, value.dtype, wanted) if integral else to_storage(ctx, text, wanted, value.dtype)
+    return f"{text}.to({_acc(p)})"
+
+
+def _acc(p: KernelPlan) -> str:
+    """The ``tl`` dtype the accumulator is held in."""
+    return tl_dtype(held_dtype(p.acc_dtype))
 
 
 def _identity(p: KernelPlan) -> str:
@@ -235,7 +244,7 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
     accumulator is a pair of tiles, values and their positions ``ks`` along the reduced axes (``_i``).
     """
     kept, reduced = _split_groups(p)
-    acc = tl_dtype(p.acc_dtype)
+    acc = _acc(p)
     ident = _identity(p)
     total = "total, total_i" if p.index else "total"
     _program_ids(w, ["pid_m", "pid_k"])
@@ -309,7 +318,7 @@ def _scan_positions(w: Writer, p: KernelPlan, reduced: list[int]) -> tuple[dict,
 def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
     """Rows by K, tile by tile along K; ``carry`` holds each row's prefix of the tiles before."""
     kept, reduced = _split_groups(p)
-    acc = tl_dtype(p.acc_dtype)
+    acc = _acc(p)
     ident = _identity(p)
     _program_ids(w, ["pid"])
     w.line("rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)")

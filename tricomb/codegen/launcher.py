@@ -7,6 +7,7 @@ axes are fixed by the plan and written in as constants.
 from __future__ import annotations
 
 from ..lower.fuse import KernelPlan
+from ..scalar.dtypes import held_dtype
 from .kernel import group_size, group_stride, kernel_parameters
 from .writer import Writer
 
@@ -185,7 +186,7 @@ def _emit_schedule_and_call(w: Writer, p: KernelPlan, kernel: str, groups) -> No
         w.line("split = triton.cdiv(K, chunk) if chunk else 1")
         with w.block("if split > 1:"):
             w.comment("split rows: partials per (row, split); tickets pick the program that finishes each row tile")
-            w.line(f"partials = torch.empty(M * split, dtype={p.acc_dtype}, device=in0.device)")
+            w.line(f"partials = torch.empty(M * split, dtype={held_dtype(p.acc_dtype)}, device=in0.device)")
             if p.index:
                 w.line("partial_index = torch.empty(M * split, dtype=torch.int64, device=in0.device)")
             w.line("tickets = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']))")

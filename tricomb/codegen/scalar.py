@@ -18,7 +18,7 @@ import torch
 from ..errors import DTypeError
 from ..pipeline.evaluate import constant_dtype
 from ..scalar.builtins import OPS
-from ..scalar.dtypes import compute_dtype
+from ..scalar.dtypes import NARROW_INTEGERS, compute_dtype, held_dtype
 from ..scalar.ir import Call, Function, JitCall, fold
 from .writer import Names, Writer
 
@@ -124,16 +124,17 @@ def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | 
     text = value.text
     if dtype in _HALF and value.dtype != dtype:
         return f"{to_storage(ctx, text, dtype, value.dtype)}.to(tl.float32)"
+    held = held_dtype(value.dtype)
     if dtype in _WIDER and value.dtype != dtype:
-        text = f"{text}.to({tl_dtype(dtype)})"  # to the op's dtype first, wrapping as torch converts (int16 128 -> int8 -128)
-    if compute_dtype(value.dtype) == target:
+        # to the op's dtype first, wrapping as torch converts (int16 128 -> int8 -128)
+        text, held = to_integer(text, value.dtype, dtype), held_dtype(dtype)
+    if held == target:
         return text
     return f"{text}.to({tl_dtype(target)})"  # (then widening an integer is exact)
 
 
 # Integer ops of these torch dtypes are computed one size up, where they cannot overflow, and wrapped back with
-# bitwise arithmetic (see _wrap): overflow in the narrow type itself is undefined to LLVM, and the compiled kernel
-# was seen not to wrap (-x of int16 -32768, summed as int64, gave +32768 on the H200).
+# bitwise arithmetic (see _wrap): overflow in the narrow type itself is undefined to LLVM.
 _WIDER = {torch.int8: torch.int32, torch.int16: torch.int32, torch.uint8: torch.int32, torch.int32: torch.int64}
 
 
@@ -143,14 +144,27 @@ def arith_dtype(dtype: torch.dtype) -> torch.dtype:
     return _WIDER.get(dtype, compute_dtype(dtype))
 
 
-def _wrap(text: str, dtype: torch.dtype) -> str:
-    """``text``, computed in ``arith_dtype(dtype)``, wrapped into ``dtype`` as two's complement arithmetic wraps
-    (with well-defined bitwise operations, then an exact conversion)."""
+def _wrap(text: str, dtype: torch.dtype, computed_in: torch.dtype) -> str:
+    """``text``, computed in the wider integer ``computed_in``, wrapped into ``dtype``'s range as two's complement
+    arithmetic wraps (with well-defined bitwise operations) and held in ``held_dtype(dtype)``."""
     bits = torch.iinfo(dtype).bits
-    if dtype == torch.uint8:
-        return f"(({text}) & {2**bits - 1}).to({tl_dtype(dtype)})"
     half = 2 ** (bits - 1)
-    return f"(((({text}) + {half}) & {2**bits - 1}) - {half}).to({tl_dtype(dtype)})"
+    wrapped = f"(({text}) & {2**bits - 1})" if dtype == torch.uint8 else \
+        f"(((({text}) + {half}) & {2**bits - 1}) - {half})"
+    held = held_dtype(dtype)
+    return wrapped if held == computed_in else f"{wrapped}.to({tl_dtype(held)})"
+
+
+def to_integer(text: str, source: torch.dtype, dtype: torch.dtype) -> str:
+    """``text``, a value of torch dtype ``source`` held in ``held_dtype(source)``, converted to the integer or bool
+    ``dtype`` as torch converts (wrapping; a float is truncated through int64 first) and held in
+    ``held_dtype(dtype)``. A narrow integer is wrapped with bitwise arithmetic in the wider type, never by a
+    conversion to the narrow type (see :mod:`tricomb.scalar.dtypes`)."""
+    if dtype not in NARROW_INTEGERS or source == torch.bool:
+        return f"{text}.to({tl_dtype(held_dtype(dtype))})"
+    if source.is_floating_point:
+        return _wrap(f"{text}.to(tl.int64)", dtype, torch.int64)
+    return _wrap(text, dtype, held_dtype(source))
 
 
 def _wrapped(value, target: torch.dtype):
@@ -191,7 +205,7 @@ def emit_function(w: Writer, ctx: ScalarContext, fn: Function, args: list[Value]
         if not isinstance(v, Value):
             dtype = constant_dtype(v, [a.dtype for a in args], all(a.zero_dim for a in args))
             v = Value(f"tl.full({fill_shape}, {_operand(ctx, v, compute_dtype(dtype), None)}, "
-                      f"{tl_dtype(compute_dtype(dtype))})", dtype, False)
+                      f"{tl_dtype(held_dtype(dtype))})", dtype, False)
         results.append(v)
     return results
 
@@ -216,9 +230,9 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
     result = ctx.names.fresh("t")
     rendered = _render(ctx, expr, texts, dtype)
     if dtype in _WIDER:
-        rendered = _wrap(rendered, dtype)
+        rendered = _wrap(rendered, dtype, arith_dtype(dtype))
     elif not dtype.is_floating_point:
-        rendered = f"({rendered}).to({tl_dtype(compute_dtype(dtype))})"
+        rendered = f"({rendered}).to({tl_dtype(held_dtype(dtype))})"
     w.line(f"{result} = {rendered}")
     zero_dim = all(o.zero_dim for o in operands if isinstance(o, Value))
     return Value(result, dtype, zero_dim)

@@ -37,8 +37,6 @@ def _parser() -> lark.Lark:
                      maybe_placeholders=False)
 
 
-
-
 def _location(text: str, source: str, line: int, column: int) -> Location:
     lines = text.split("\n")
     source_line = lines[line - 1] if 0 < line <= len(lines) else ""

@@ -1,9 +1,13 @@
 """Which dtype a value is computed in inside a kernel, for each torch dtype (the numerics rule of DESIGN.md).
 
 float16 and bfloat16 are computed (and accumulated) in float32 and stored in their own dtype; float64 stays
-float64; every integer type and bool is computed in its own dtype (bool as Triton's int1), so integer
-arithmetic wraps exactly where torch's does and nowhere else: ``int8 * 2`` wraps in int8 as in torch, and
+float64; every integer type and bool is computed with its own dtype's semantics (bool as Triton's int1), so
+integer arithmetic wraps exactly where torch's does and nowhere else: ``int8 * 2`` wraps in int8 as in torch, and
 ``int8 + int32`` is computed in int32 because torch's result is int32.
+
+A kernel holds int8, int16 and uint8 values in int32 registers (:func:`held_dtype`), already wrapped into their
+own range: loaded, then widened at once, and narrowed only when stored. 16-bit integer arithmetic followed by a
+widening is miscompiled on the H200 (triton 3.6): PTX ``neg.s16`` of -32768 then ``cvt.s64.s16`` gives +32768.
 """
 from __future__ import annotations
 
@@ -17,6 +21,15 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     if dtype in (torch.float16, torch.bfloat16, torch.float32):
         return torch.float32
     return dtype
+
+
+def held_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a kernel holds a value of torch dtype ``dtype`` in: its compute dtype, except that int8, int16
+    and uint8 are held in int32 (the module docstring says why)."""
+    return torch.int32 if dtype in NARROW_INTEGERS else compute_dtype(dtype)
+
+
+NARROW_INTEGERS = (torch.int8, torch.int16, torch.uint8)
 
 
 def typed_identity(value: float, dtype: torch.dtype):

@@ -5,10 +5,16 @@ inputs) and back, so the oracle overflows and underflows where the kernel does, 
 accuracy inside each operation. Alongside the value it tracks ``scale``: the largest magnitude any
 intermediate reached on the way to each element (for a sum, the sum of magnitudes). Rounding errors are
 proportional to that scale, so comparisons stay tight without failing on cancellation.
+
+It also marks the elements whose value depends on the order of combination beyond rounding: those where some
+grouping of a reduce's or scan's elements takes a partial result out of the compute dtype's normal range
+(``1e-30 * 1e-30 * inf`` is NaN when the first product underflows, infinity when it does not). torch has no
+single answer there either: its float32 ``cumprod`` accumulates in float64 on the CPU and in float32 on CUDA.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +38,7 @@ class Reference:
     dtype: torch.dtype
     length: int  # the longest chain of elements combined into one result (1 without reduce/scan)
     compute: torch.dtype = torch.float64  # the least precise dtype the kernel computes any stage in
+    order_dependent: torch.Tensor | None = None  # bool, True where the combination order decides the value
 
 
 def _ir(pipe) -> PipelineIR:
@@ -41,6 +48,16 @@ def _ir(pipe) -> PipelineIR:
 def _magnitude(t: torch.Tensor) -> torch.Tensor:
     """|t| in float64, with NaN and infinities as 0 (they are compared exactly, not by tolerance)."""
     return t.to(torch.float64).abs().nan_to_num(0.0, 0.0, 0.0)
+
+
+def _fold_as_sum(stage, t: torch.Tensor) -> torch.Tensor:
+    """``t`` summed in float64 over the elements ``stage`` combines into each result (same axes, keepdim,
+    direction and exclusivity)."""
+    add = to_function(BUILTINS["add"], role="oracle")
+    stage = dataclasses.replace(stage, op=add, dtype=None, identity=None, **(
+        {"index": False, "mean": False, "skip_nan": False} if isinstance(stage, Reduce) else {}))
+    t = t.to(torch.float64)
+    return reduce_tensor(stage, t) if isinstance(stage, Reduce) else scan_tensor(stage, t)
 
 
 def _combine_scale(stage, value: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -58,6 +75,34 @@ def _combine_scale(stage, value: torch.Tensor, scale: torch.Tensor) -> torch.Ten
         stage = dataclasses.replace(stage, op=op, dtype=None, identity=None, **(
             {"index": False, "mean": False, "skip_nan": False} if isinstance(stage, Reduce) else {"exclusive": False}))
     return reduce_tensor(stage, scale) if isinstance(stage, Reduce) else scan_tensor(stage, scale)
+
+
+def _order_dependent(stage, value: torch.Tensor, summed_scale: torch.Tensor, compute: torch.dtype) -> torch.Tensor:
+    """Where some grouping of the combined elements leaves ``compute``'s normal range on the way: a sum's partial
+    sums are bounded by its sum of magnitudes (``summed_scale``); a product's partial products lie between the
+    product of its finite nonzero factors below 1 in magnitude and that of those above 1. max/min and the logical
+    operators choose an element and never leave the range."""
+    spec = operator_spec(stage.op)
+    builtin = spec is not None and spec.identity is not None
+    floating = value.is_floating_point() or (stage.dtype is not None and stage.dtype.is_floating_point)
+    if not floating or (builtin and spec.name not in ("add", "mul")):
+        return torch.zeros(summed_scale.shape, dtype=torch.bool)
+    info = torch.finfo(compute)
+    if not builtin or spec.name == "add":
+        return summed_scale > info.max
+    magnitude = value.to(torch.float64).abs()
+    log = torch.where(torch.isfinite(magnitude) & (magnitude > 0), magnitude.log(), torch.zeros_like(magnitude))
+    return (_fold_as_sum(stage, log.clamp(min=0)) > math.log(info.max)) | \
+        (_fold_as_sum(stage, log.clamp(max=0)) < math.log(info.tiny))
+
+
+def _spread(masks: list[torch.Tensor], shape) -> torch.Tensor:
+    """An elementwise result of ``shape`` is order dependent where any stream field it broadcasts from is."""
+    out = torch.zeros(shape, dtype=torch.bool)
+    for m in masks:
+        if torch.broadcast_shapes(m.shape, shape) == tuple(shape):
+            out = out | m
+    return out
 
 
 def _length(stage, before: torch.Tensor, after: torch.Tensor) -> int:
@@ -83,6 +128,7 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
     values: list[torch.Tensor] = []
     scales: list[torch.Tensor] = []
     kinds: list[torch.Tensor] = []
+    loose: list[torch.Tensor] = []  # per stream field: where the order of combination decides the value
     seen = {t.dtype for t in inputs}  # the dtypes of the inputs and of the stream after every stage
     length = 1
     for i, (stage, take) in enumerate(zip(ir.stages, new_inputs(ir.stages))):
@@ -92,11 +138,14 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
             args = kinds + new_metas
             values, scales = _apply(stage, values + new, scales + [_magnitude(a) for a in new], rounded,
                                     [m.dtype for m in args])
+            loose = [_spread(loose, v.shape) for v in values]
             kinds = evaluate_function(stage.fn, args)
             seen |= {k.dtype for k in kinds}
             continue
         value, scale = (values[0], scales[0]) if i else (new[0], _magnitude(new[0]))
         combined = rounded(reduce_tensor(stage, value) if isinstance(stage, Reduce) else scan_tensor(stage, value))
+        before = loose[0] if i else torch.zeros(value.shape, dtype=torch.bool)
+        loose = [(_fold_as_sum(stage, before) > 0) | _order_dependent(stage, value, _fold_as_sum(stage, scale), compute)]
         scale = torch.maximum(_magnitude(_combine_scale(stage, combined, scale)), _magnitude(combined))
         kind = kinds[0] if i else new_metas[0]
         kinds = [reduce_tensor(stage, kind) if isinstance(stage, Reduce) else scan_tensor(stage, kind)]
@@ -104,7 +153,9 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
         values, scales = [combined], [scale]
         length = max(1, _length(stage, value, combined))
     least = torch.float32 if seen & {torch.float16, torch.bfloat16, torch.float32} else compute
-    refs = tuple(Reference(v, s, f.dtype, length, least) for v, s, f in zip(values, scales, fields))
+    loose = loose or [torch.zeros(v.shape, dtype=torch.bool) for v in values]
+    refs = tuple(Reference(v, s, f.dtype, length, least, _spread(loose, v.shape))
+                 for v, s, f in zip(values, scales, fields))
     return refs[0] if len(refs) == 1 else refs
 
 
