@@ -45,11 +45,22 @@ def test_non_callable_function():
         tc.map(3)
 
 
-def test_user_operators_without_identity_are_not_supported_yet():
-    with pytest.raises(tc.UnsupportedError, match="needs identity="):
-        tc.reduce(lambda a, b: a * b + 1)
-    with pytest.raises(tc.UnsupportedError, match="tuple operators of 2k arguments are not supported yet"):
-        tc.scan(lambda a, b, c, d: (a * d + c, b * d), identity=0.0)
+def test_tuple_operators_need_a_tuple_stream_and_a_tuple_identity():
+    """An operator on pairs takes 4 arguments and returns 2 values; it combines a 2-field stream."""
+    pairs = tc.zip_with(lambda v, d: (v, d))
+    linear = tc.scan(lambda a, b, c, d: (a * d + c, b * d), identity=(0.0, 1.0))  # a fragment, until composed
+    with pytest.raises(tc.ArityError, match=r"combines 2-tuples, but as the first stage it gets one input; put a map "
+                                            r"or zip_with returning a 2-tuple before it \(tc.zip_with\(lambda x0, x1"):
+        linear(torch.ones(3))
+    with pytest.raises(tc.ArityError, match=r"combines 2-tuples but the stream entering it has 1 field\(s\); "
+                                            "return a k-tuple from the map or zip_with before it"):
+        tc.map(tc.exp) >> linear
+    with pytest.raises(tc.LawError, match=r"identity=0.0 has 1 field\(s\) but operator .* combines 2-tuples"):
+        pairs >> tc.scan(lambda a, b, c, d: (a * d + c, b * d), identity=0.0)
+    with pytest.raises(tc.ArityError, match="takes 3 arguments and returns 2 value"):
+        pairs >> tc.scan(lambda a, b, c: (a + c, b + c), identity=(0.0, 0.0))
+    with pytest.raises(tc.ArityError, match="receives a 2-tuple stream but its operator add"):
+        pairs >> tc.cumsum()
 
 
 def test_second_reduce_is_rejected_with_a_fix():

@@ -33,10 +33,14 @@ NOT_ASSOCIATIVE = {
 
 @given(name=st.sampled_from(sorted(ASSOCIATIVE)), kind=st.sampled_from(["reduce", "scan"]),
        rows=st.integers(1, 5), cols=st.integers(1, 40), axis=st.sampled_from([0, 1, -1]),
-       reverse=st.booleans(), exclusive=st.booleans(), tiny=st.booleans(), seed=st.integers(0, 2**16))
+       reverse=st.booleans(), exclusive=st.booleans(), tiny=st.booleans(), seed=st.integers(0, 2**16),
+       with_identity=st.booleans())
 def test_associative_user_operators_match_the_sequential_fold(name, kind, rows, cols, axis, reverse, exclusive, tiny,
-                                                                seed):
+                                                                seed, with_identity):
+    """With its identity, or without (a validity flag then pads the tiles; no exclusive scan without one)."""
     op, identity = ASSOCIATIVE[name]
+    identity = identity if with_identity else None
+    exclusive = exclusive and with_identity
     x = torch.rand(rows, cols, generator=torch.Generator().manual_seed(seed)) * 2 - 1
     if name == "mul":
         x = x * 0.5 + 1.0  # products in range
@@ -47,6 +51,47 @@ def test_associative_user_operators_match_the_sequential_fold(name, kind, rows, 
     for device in DEVICES:
         with schedule_overrides(**tiles):
             assert_matches_torch(pipe, x.to(device))
+
+
+# operators on pairs: (operator, identity, whether it commutes, how to draw its two fields from uniform [0, 1) u, w)
+PAIR_OPERATORS = {
+    "linear-recurrence": (lambda v1, d1, v2, d2: (v1 * d2 + v2, d1 * d2), (0.0, 1.0), False,
+                          lambda u, w: (2 * u - 1, w)),
+    "sum-and-count": (lambda s1, n1, s2, n2: (s1 + s2, n1 + n2), (0.0, 0.0), True, lambda u, w: (2 * u - 1, w)),
+    "complex-multiply": (lambda a, b, c, d: (a * c - b * d, a * d + b * c), (1.0, 0.0), True,
+                         lambda u, w: (1 + 0.1 * (u - 0.5), 0.1 * (w - 0.5))),
+    "max-with-payload": (lambda v1, p1, v2, p2: (tc.where(v2 > v1, v2, v1), tc.where(v2 > v1, p2, p1)),
+                         (-inf, 0.0), False, lambda u, w: (u, w)),  # the first maximum's payload: ties decide order
+}
+
+
+@given(name=st.sampled_from(sorted(PAIR_OPERATORS)), reduce=st.booleans(), rows=st.integers(1, 5),
+       cols=st.integers(1, 40), axis=st.sampled_from([0, 1, -1]), reverse=st.booleans(), exclusive=st.booleans(),
+       tiny=st.booleans(), seed=st.integers(0, 2**16), with_identity=st.booleans())
+def test_pair_operators_match_the_sequential_fold(name, reduce, rows, cols, axis, reverse, exclusive, tiny, seed,
+                                                  with_identity):
+    """Operators on pairs (4 arguments, 2 results), by reduce when they commute, else by scan, field by field
+    against the float64 sequential fold; with and without their identity."""
+    op, identity, commutes, draw = PAIR_OPERATORS[name]
+    gen = torch.Generator().manual_seed(seed)
+    fields = draw(torch.rand(rows, cols, generator=gen), torch.rand(rows, cols, generator=gen))
+    identity = identity if with_identity else None
+    pairs = tc.zip_with(lambda a, b: (a, b))
+    stage = tc.reduce(op, axis=axis, identity=identity) if reduce and commutes else \
+        tc.scan(op, axis=axis, reverse=reverse, exclusive=exclusive and with_identity, identity=identity)
+    note(str(stage))
+    tiles = {"BLOCK_M": 2, "BLOCK_K": 4, "SPLIT": 3} if tiny else {}
+    for device in DEVICES:
+        with schedule_overrides(**tiles):
+            assert_matches_torch(pairs >> stage, *(f.to(device) for f in fields))
+
+
+def test_a_non_associative_pair_operator_is_refused():
+    with pytest.raises(tc.LawError, match=r"not associative: with a=\(.*, .*\), b="):
+        tc.zip_with(lambda a, b: (a, b)) >> tc.scan(lambda v1, d1, v2, d2: (0.5 * v1 + v2, d1 * d2),
+                                                    identity=(0.0, 1.0))
+    with pytest.raises(tc.UnsupportedError, match="does not commute"):
+        tc.reduce(PAIR_OPERATORS["linear-recurrence"][0], identity=(0.0, 1.0))
 
 
 @pytest.mark.parametrize("name", sorted(NOT_ASSOCIATIVE))
@@ -61,12 +106,38 @@ def test_a_wrong_identity_is_refused():
     with pytest.raises(tc.LawError, match=r"identity=1.0 (is not an identity|op identity is 2.0)"):
         tc.reduce(lambda a, b: a + b, identity=1.0)
     with pytest.raises(tc.LawError, match="is not an identity"):
-        tc.scan(lambda a, b: a, identity=0.0)  # the first element: associative, but has no identity
+        tc.scan(lambda a, b: a, identity=0.0)  # the first element: associative, but has no identity (leave it out)
 
 
-def test_an_operator_without_identity_needs_one():
-    with pytest.raises(tc.UnsupportedError, match="needs identity="):
-        tc.scan(lambda a, b: a + b + 0.25 * a * b)
+def _first(a, b):
+    return a  # associative, not commutative, and without an identity
+
+
+def test_an_operator_without_identity_gets_a_validity_flag(device):
+    """The first element in scan order, forward and reverse, with tiles that end mid-row: padded lanes are
+    invalid, not a made-up neutral value."""
+    x = torch.randn(3, 37, device=device)
+    with schedule_overrides(BLOCK_M=2, BLOCK_K=8):
+        forward = tc.scan(_first, axis=1)(x)
+        backward = tc.scan(_first, axis=1, reverse=True)(x)
+    assert torch.equal(forward.cpu(), x.cpu()[:, :1].expand(3, 37))
+    assert torch.equal(backward.cpu(), x.cpu()[:, -1:].expand(3, 37))
+
+
+@pytest.mark.parametrize("split", [1, 3])
+def test_a_reduce_without_identity_over_split_rows(split, device):
+    x = torch.randn(4, 300, device=device)
+    pipe = tc.reduce(ASSOCIATIVE["x+y+kxy"][0], axis=1)
+    with schedule_overrides(SPLIT=split, BLOCK_K=16):
+        assert_matches_torch(pipe, x * 0.1)
+
+
+def test_an_operator_without_identity_cannot_reduce_nothing_or_start_an_exclusive_scan():
+    with pytest.raises(tc.StageError, match="has no identity, so it cannot reduce 0 elements"):
+        tc.reduce(lambda a, b: a + b + a * b, axis=1)(torch.ones(3, 0))
+    with pytest.raises(tc.UnsupportedError, match="first element is its operator's identity"):
+        tc.scan(_first, exclusive=True)
+    assert tc.reduce(lambda a, b: a + b + a * b, axis=0)(torch.ones(3, 0)).shape == (0,)  # nothing to combine into
 
 
 def test_the_identity_combined_with_itself_must_give_it_back():

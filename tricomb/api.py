@@ -123,10 +123,16 @@ def build_scan(op, axis, where, dtype=None, reverse: bool = False, exclusive: bo
 
 
 def _identity(identity, where):
-    """An operator's ``identity=``: None or a Python number."""
+    """An operator's ``identity=``: None, a Python number, or a tuple of them (one per field of an operator on
+    tuples; a list is taken as a tuple)."""
     if identity is None or isinstance(identity, (bool, int, float)):
         return identity
-    raise TricombError(f"identity= must be a Python number (the e with e op x == x), got {identity!r}", where)
+    numbers_only = [v for v in identity if isinstance(v, (bool, int, float))] if isinstance(identity, (tuple, list)) \
+        else []  # (this module's own all/any are the shorthands)
+    if identity and len(numbers_only) == len(identity):
+        return identity[0] if len(identity) == 1 else tuple(identity)
+    raise TricombError(f"identity= must be a Python number (the e with e op x == x), or a tuple of numbers for an "
+                       f"operator on tuples; got {identity!r}", where)
 
 
 def _dtype(dtype, where) -> torch.dtype | None:

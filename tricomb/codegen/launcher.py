@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..lower.fuse import KernelPlan
 from ..scalar.dtypes import held_dtype
-from .kernel import group_size, group_stride, kernel_parameters
+from .kernel import fields, group_size, group_stride, kernel_parameters
 from .writer import Writer
 
 RUNTIME_HELPERS = '''
@@ -186,12 +186,14 @@ def _emit_schedule_and_call(w: Writer, p: KernelPlan, kernel: str, groups) -> No
         w.line("split = triton.cdiv(K, chunk) if chunk else 1")
         with w.block("if split > 1:"):
             w.comment("split rows: partials per (row, split); tickets pick the program that finishes each row tile")
-            w.line(f"partials = torch.empty(M * split, dtype={held_dtype(p.acc_dtype)}, device=in0.device)")
+            for buffer, dtype in zip(fields("partials", p.width), p.acc_dtypes):
+                w.line(f"{buffer} = torch.empty(M * split, dtype={held_dtype(dtype)}, device=in0.device)")
             if p.index:
                 w.line("partial_index = torch.empty(M * split, dtype=torch.int64, device=in0.device)")
             w.line("tickets = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']))")
         with w.block("else:"):
-            w.line(f"partials = {'partial_index = ' if p.index else ''}tickets = {p.outputs[0].name}",
+            scratch = ["partials", "partial_index"] if p.index else fields("partials", p.width)
+            w.line(f"{' = '.join(scratch)} = tickets = {p.outputs[0].name}",
                    comment="unused without TICKET")
         values.update({"SPLIT": "split", "CHUNK": "chunk", "SPLIT_BLOCK: tl.constexpr": "triton.next_power_of_2(split)",
                        "TICKET: tl.constexpr": "split > 1"})

@@ -16,14 +16,16 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import DTypeError
-from ..pipeline.evaluate import evaluate
+from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.fields import field_inputs
 from ..pipeline.printer import stage_text as stage_name
 from ..pipeline.ir import PipelineIR, Reduce, Scan, Stage
+from ..pipeline.operators import identities
 from ..pipeline.verify import operator_identity, operator_spec
 from ..scalar.builtins import OpSpec
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, Group, combine_stage, input_stages
+from .totalize import totalize
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +51,23 @@ class KernelPlan:
     combine: Reduce | Scan | None
     after: tuple[Stage, ...]  # stages applied to the reduced or scanned values
     compute_dtype: torch.dtype  # widest float compute dtype of the inputs (half types computed in float32)
-    combined_dtype: torch.dtype | None  # torch's dtype of the stream just after the reduce/scan
-    acc_dtype: torch.dtype | None  # the compute dtype of the reduce/scan accumulator (of the values, for argmax)
+    combined_dtypes: tuple[torch.dtype, ...] | None  # torch's dtype of each stream field just after the reduce/scan
+    acc_dtypes: tuple[torch.dtype, ...] | None  # the compute dtype of each accumulator field (the values, for argmax)
+
+    @property
+    def width(self) -> int:
+        """How many fields the reduce/scan combines (k for an operator on k-tuples)."""
+        return len(self.acc_dtypes)
+
+    @property
+    def combined_dtype(self) -> torch.dtype:
+        """The combined dtype of an operator on single values."""
+        return self.combined_dtypes[0]
+
+    @property
+    def acc_dtype(self) -> torch.dtype:
+        """The accumulator dtype of an operator on single values."""
+        return self.acc_dtypes[0]
 
     @property
     def index(self) -> bool:
@@ -58,9 +75,10 @@ class KernelPlan:
         return isinstance(self.combine, Reduce) and self.combine.index
 
     @property
-    def identity(self):
-        """The operator's identity in the accumulator's dtype (masked lanes hold it)."""
-        return typed_identity(operator_identity(self.combine), self.acc_dtype)
+    def identities(self) -> tuple:
+        """The operator's identity in each accumulator field's dtype (masked lanes hold it)."""
+        return tuple(typed_identity(e, dtype) for e, dtype in zip(identities(operator_identity(self.combine)),
+                                                                   self.acc_dtypes))
 
     @property
     def num_kernels(self) -> int:
@@ -87,26 +105,28 @@ def _compute_dtype(dtypes) -> torch.dtype:
     return torch.float64 if torch.float64 in dtypes else torch.float32
 
 
-def combined_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torch.dtype:
-    """torch's dtype for the stream right after stage ``at``."""
+def combined_dtypes(pipeline: PipelineIR, binding: Binding, at: int) -> tuple[torch.dtype, ...]:
+    """torch's dtype for each field of the stream right after stage ``at``."""
     owners = input_stages(pipeline)
     metas = [torch.empty((1,) * rank, dtype=dtype, device="meta")
              for dtype, rank, owner in zip(binding.dtypes, binding.ranks, owners) if owner <= at]
-    return evaluate(PipelineIR(pipeline.stages[:at + 1]), metas).dtype
+    return tuple(t.dtype for t in evaluate_fields(PipelineIR(pipeline.stages[:at + 1]), metas))
 
 
-def _check_identity_fits(stage, acc: torch.dtype) -> None:
-    value = typed_identity(stage.identity, acc)
-    if not acc.is_floating_point and acc != torch.bool and not (
-            torch.iinfo(acc).min <= value <= torch.iinfo(acc).max):
-        raise DTypeError(f"identity={stage.identity!r} does not fit the {str(acc)[6:]} values this stage combines; "
-                         f"give one in [{torch.iinfo(acc).min}, {torch.iinfo(acc).max}]", stage.location)
+def _check_identity_fits(stage, accs: tuple[torch.dtype, ...]) -> None:
+    for e, acc in zip(identities(stage.identity), accs):
+        value = typed_identity(e, acc)
+        if not acc.is_floating_point and acc != torch.bool and not (
+                torch.iinfo(acc).min <= value <= torch.iinfo(acc).max):
+            raise DTypeError(f"identity={stage.identity!r} does not fit the {str(acc)[6:]} values this stage "
+                             f"combines; give one in [{torch.iinfo(acc).min}, {torch.iinfo(acc).max}]",
+                             stage.location)
 
 
 def _index_values_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torch.dtype:
     """The dtype of the values an argmax/argmin compares (the stream entering stage ``at``); bool is refused,
     as torch's CPU and CUDA kernels refuse it."""
-    dtype = combined_dtype(pipeline, binding, at - 1) if at else binding.dtypes[0]
+    dtype = combined_dtypes(pipeline, binding, at - 1)[0] if at else binding.dtypes[0]
     if dtype == torch.bool:
         stage = pipeline.stages[at]
         raise DTypeError(f"{stage_name(stage)} does not take bool values, as torch's does not; map them to integers "
@@ -115,17 +135,18 @@ def _index_values_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torc
 
 
 def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
-    """The kernel plan for ``pipeline`` on inputs of ``binding``'s layout class."""
+    """The kernel plan for ``pipeline`` on inputs of ``binding``'s layout class (after :func:`totalize`)."""
+    pipeline = totalize(pipeline)
     at, stage = combine_stage(pipeline)
     inputs = tuple(Slot(f"in{i}", dtype, after) for i, (dtype, after)
                    in enumerate(zip(binding.dtypes, binding.joins_after)))
     names = ["out"] if len(binding.out_dtypes) == 1 else [f"out{k}" for k in range(len(binding.out_dtypes))]
     outputs = tuple(Slot(name, dtype, True) for name, dtype in zip(names, binding.out_dtypes))
     kind = "map" if stage is None else ("reduce" if isinstance(stage, Reduce) else "scan")
-    combined = combined_dtype(pipeline, binding, at) if stage is not None else None
-    acc = compute_dtype(combined) if combined is not None else None
+    combined = combined_dtypes(pipeline, binding, at) if stage is not None else None
+    acc = tuple(compute_dtype(c) for c in combined) if combined is not None else None
     if isinstance(stage, Reduce) and stage.index:
-        acc = compute_dtype(_index_values_dtype(pipeline, binding, at))
+        acc = (compute_dtype(_index_values_dtype(pipeline, binding, at)),)
     if stage is not None and stage.identity is not None:
         _check_identity_fits(stage, acc)
     return KernelPlan(kind, pipeline, binding, inputs, outputs, field_inputs(pipeline), pipeline.stages[:at], stage,
@@ -151,8 +172,9 @@ def describe(p: KernelPlan) -> str:
     if p.before:
         lines.append("  per element: " + " | ".join(stage_text(s) for s in p.before))
     if p.combine is not None:
-        lines.append(f"  {p.kind}: {stage_text(p.combine)} over axes {list(b.axes)}, accumulator "
-                     f"{str(p.acc_dtype)[6:]}")
+        accs = ", ".join(str(d)[6:] for d in p.acc_dtypes)
+        lines.append(f"  {p.kind}: {stage_text(p.combine)} over axes {list(b.axes)}, accumulator"
+                     + (f"s ({accs})" if p.width > 1 else f" {accs}"))
         if p.kind == "reduce":
             lines.append("  rows split across programs when few and long; the last program of a row combines "
                          "its partials in order")

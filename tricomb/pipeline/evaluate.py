@@ -15,7 +15,7 @@ from ..scalar.builtins import OPS
 from ..scalar.dtypes import typed_identity
 from ..scalar.ir import Function, JitCall, fold
 from .ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
-from .operators import fold_reduce, fold_scan
+from .operators import fold_reduce, fold_scan, identities
 from .verify import iteration_axes, operator_identity, operator_spec
 
 OpHook = Callable[[torch.Tensor], torch.Tensor]
@@ -74,23 +74,29 @@ def evaluate_function(fn: Function, args: list, after_op: OpHook = _identity) ->
 
 
 def reduce_tensor(stage: Reduce, x: torch.Tensor) -> torch.Tensor:
-    """torch's result for ``stage`` applied to ``x``."""
+    """torch's result for ``stage`` (an operator on single values) applied to ``x``."""
+    return reduce_fields(stage, [x])[0]
+
+
+def reduce_fields(stage: Reduce, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """torch's result for ``stage`` applied to the stream fields ``xs`` (one per field of its operator)."""
+    x = xs[0]
     dims = iteration_axes(stage, x.dim())
     if stage.mean:
-        return torch.mean(x, dim=dims, keepdim=stage.keepdim, dtype=stage.dtype)
+        return [torch.mean(x, dim=dims, keepdim=stage.keepdim, dtype=stage.dtype)]
     if stage.index:
-        return _arg_reduce(stage, x)
+        return [_arg_reduce(stage, x)]
     if stage.skip_nan:
-        return torch.nansum(x, dim=dims, keepdim=stage.keepdim, dtype=stage.dtype)
+        return [torch.nansum(x, dim=dims, keepdim=stage.keepdim, dtype=stage.dtype)]
     reduce_ref, _ = _references(stage)
-    x = _converted(x, stage.dtype)
+    xs = [_converted(x, stage.dtype) for x in xs]
     if x.dim() == 0:
-        return _converted(reduce_ref(x.reshape(1), (0,)).reshape(()), stage.dtype)
-    out = reduce_ref(x, dims)
+        return [_converted(o.reshape(()), stage.dtype) for o in reduce_ref([x.reshape(1) for x in xs], (0,))]
+    outs = reduce_ref(xs, dims)
     if stage.keepdim:
         for d in dims:
-            out = out.unsqueeze(d)
-    return _converted(out, stage.dtype)
+            outs = [o.unsqueeze(d) for o in outs]
+    return [_converted(o, stage.dtype) for o in outs]
 
 
 def _arg_reduce(stage: Reduce, x: torch.Tensor) -> torch.Tensor:
@@ -109,38 +115,44 @@ def _converted(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 
 
 def scan_tensor(stage: Scan, x: torch.Tensor) -> torch.Tensor:
-    """torch's result for ``stage`` applied to ``x``."""
-    x = _converted(x, stage.dtype)
-    if x.dim() == 0:
-        return _scan_along(stage, x.reshape(1), 0).reshape(())
-    return _scan_along(stage, x, stage.axis % x.dim())
+    """torch's result for ``stage`` (an operator on single values) applied to ``x``."""
+    return scan_fields(stage, [x])[0]
+
+
+def scan_fields(stage: Scan, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """torch's result for ``stage`` applied to the stream fields ``xs`` (one per field of its operator)."""
+    xs = [_converted(x, stage.dtype) for x in xs]
+    if xs[0].dim() == 0:
+        return [o.reshape(()) for o in _scan_along(stage, [x.reshape(1) for x in xs], 0)]
+    return _scan_along(stage, xs, stage.axis % xs[0].dim())
 
 
 def _references(stage: Reduce | Scan):
-    """torch's reduce and scan for the stage's operator: the builtin's own ops, or a user operator's sequential
-    fold, in the dtype the operator gives for two stream values."""
+    """torch's reduce and scan for the stage's operator, on lists of fields: the builtin's own ops, or a user
+    operator's sequential fold, each field in the dtype the operator gives for two stream values."""
     spec = operator_spec(stage.op)
     if spec is not None and spec.identity is not None:
-        return spec.reduce_ref, spec.scan_ref
+        return (lambda xs, dims: [spec.reduce_ref(xs[0], dims)], lambda xs, axis: [spec.scan_ref(xs[0], axis)])
     fn, identity = stage.op, stage.identity
 
-    def in_dtype(x: torch.Tensor) -> torch.Tensor:
-        one = torch.empty((), dtype=x.dtype, device="meta")
-        return x.to(evaluate_function(fn, [one, one])[0].dtype)
+    def in_dtypes(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        ones = [torch.empty((), dtype=x.dtype, device="meta") for x in xs]
+        return [x.to(o.dtype) for x, o in zip(xs, evaluate_function(fn, ones + ones))]
 
-    return (lambda x, dims: fold_reduce(fn, identity, in_dtype(x), dims),
-            lambda x, axis: fold_scan(fn, in_dtype(x), axis))
+    return (lambda xs, dims: fold_reduce(fn, identity, in_dtypes(xs), dims),
+            lambda xs, axis: fold_scan(fn, in_dtypes(xs), axis))
 
 
-def _scan_along(stage: Scan, x: torch.Tensor, axis: int) -> torch.Tensor:
+def _scan_along(stage: Scan, xs: list[torch.Tensor], axis: int) -> list[torch.Tensor]:
     _, scan_ref = _references(stage)
     if stage.reverse:
-        x = x.flip(axis)
-    out = _converted(scan_ref(x, axis), stage.dtype)
-    if stage.exclusive and out.shape[axis] > 0:
-        first = torch.full_like(out.narrow(axis, 0, 1), typed_identity(operator_identity(stage), out.dtype))
-        out = torch.cat([first, out.narrow(axis, 0, out.shape[axis] - 1)], axis)
-    return out.flip(axis) if stage.reverse else out
+        xs = [x.flip(axis) for x in xs]
+    outs = [_converted(o, stage.dtype) for o in scan_ref(xs, axis)]
+    if stage.exclusive and outs[0].shape[axis] > 0:
+        firsts = [torch.full_like(o.narrow(axis, 0, 1), typed_identity(e, o.dtype))
+                  for o, e in zip(outs, identities(operator_identity(stage)))]
+        outs = [torch.cat([first, o.narrow(axis, 0, o.shape[axis] - 1)], axis) for first, o in zip(firsts, outs)]
+    return [o.flip(axis) for o in outs] if stage.reverse else outs
 
 
 def evaluate(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: OpHook = _identity,
@@ -175,6 +187,6 @@ def _evaluate_stage(stage, i: int, stream: list, pending: list, after_op: OpHook
     if isinstance(stage, (Map, ZipWith)):
         take = new_inputs((stage,))[0] if i == 0 else max(stage.fn.arity - len(stream), 0)
         return evaluate_function(stage.fn, stream + pending[:take], after_op), pending[take:]
-    x = stream[0] if i else pending[0]
-    combined = reduce_tensor(stage, x) if isinstance(stage, Reduce) else scan_tensor(stage, x)
-    return [after_op(combined)], pending[0 if i else 1:]
+    xs = stream if i else pending[:1]
+    combined = reduce_fields(stage, xs) if isinstance(stage, Reduce) else scan_fields(stage, xs)
+    return [after_op(c) for c in combined], pending[0 if i else 1:]

@@ -34,5 +34,5 @@ def field_inputs(pipeline: PipelineIR) -> tuple[Inputs, ...]:
                                                                         if isinstance(o, frozenset)))
             stream = [o if isinstance(o, frozenset) else _union(args) for o in outputs]
         else:
-            stream = [_union(stream + new)]
+            stream = [_union(stream + new)] * len(stage.op.outputs)
     return tuple(stream)

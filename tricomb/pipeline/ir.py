@@ -43,7 +43,8 @@ class Reduce:
     position of the chosen element along the reduced axis (the flat row-major position for ``axis=None``), the
     first one on ties, NaN counting as the largest and the smallest value, as torch.argmax/argmin.
     ``skip_nan`` (the ``nansum`` shorthand): NaN elements count as the identity, as torch.nansum.
-    ``identity``: the operator's identity, for an operator that is not a builtin (builtins know theirs).
+    ``identity``: the operator's identity, for an operator that is not a builtin (builtins know theirs); a
+    k-tuple for an operator on k-tuples (2k arguments, k results), which combines a k-tuple stream.
     """
 
     op: Function
@@ -53,7 +54,7 @@ class Reduce:
     dtype: torch.dtype | None = None
     index: bool = False
     skip_nan: bool = False
-    identity: float | int | bool | None = None
+    identity: float | int | bool | tuple | None = None
     location: Location | None = field(default=None, compare=False)
 
 
@@ -64,7 +65,8 @@ class Scan:
     ``dtype``, as torch.cumsum's: the stream is converted to it before combining, and the result has it.
     ``reverse``: combine from the end of the axis (``flip``, scan, ``flip``). ``exclusive``: element i combines
     the elements strictly before it (after it, reversed); the first holds the operator's identity.
-    ``identity``: the operator's identity, for an operator that is not a builtin.
+    ``identity``: the operator's identity, for an operator that is not a builtin; a k-tuple for an operator
+    on k-tuples, as for :class:`Reduce`.
     """
 
     op: Function
@@ -72,7 +74,7 @@ class Scan:
     dtype: torch.dtype | None = None
     reverse: bool = False
     exclusive: bool = False
-    identity: float | int | bool | None = None
+    identity: float | int | bool | tuple | None = None
     location: Location | None = field(default=None, compare=False)
 
 
@@ -97,8 +99,9 @@ class PipelineIR:
 
 
 def stream_widths(stages: tuple[Stage, ...]) -> list[int]:
-    """The number of fields of the stream after each stage (a map or zip_with returning a k-tuple makes k)."""
-    return [len(s.fn.outputs) if isinstance(s, (Map, ZipWith)) else 1 for s in stages]
+    """The number of fields of the stream after each stage (a map or zip_with returning a k-tuple makes k, and so
+    does a reduce or scan with an operator on k-tuples)."""
+    return [len(s.fn.outputs) if isinstance(s, (Map, ZipWith)) else len(s.op.outputs) for s in stages]
 
 
 def new_inputs(stages: tuple[Stage, ...]) -> list[int]:

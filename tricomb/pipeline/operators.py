@@ -1,7 +1,8 @@
 """Reduce and scan operators that are not builtins: their laws, checked on samples, and their meaning in torch.
 
 A user operator is a scalar function of two arguments (a Python lambda or def over builtins, or a
-``@triton.jit`` function) with an ``identity=``. Before any plan uses it, :func:`check_laws` evaluates it with
+``@triton.jit`` function) with an ``identity=``; an operator on k-tuples takes 2k arguments (the left tuple's
+fields, then the right's), returns k values and has a k-tuple identity. Values below are lists of k tensors. Before any plan uses it, :func:`check_laws` evaluates it with
 torch on a seeded random sample of floats and of small integers: an operator that is clearly not associative is
 refused (a kernel combines in a tree, so the order of combination is not the sequential one), and whether it
 commutes decides whether a reduce may combine lanes out of order. Float rounding alone never trips the check:
@@ -11,6 +12,8 @@ The torch meaning of a reduce or scan with a user operator is the sequential fol
 """
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -31,14 +34,20 @@ class Laws:
     commutative: bool
 
 
-def _apply(fn: Function, a, b) -> torch.Tensor:
+def _apply(fn: Function, a: list, b: list) -> list[torch.Tensor]:
     from .evaluate import evaluate_function
     try:
-        return evaluate_function(fn, [a, b])[0]
+        return evaluate_function(fn, [*a, *b])
     except (RuntimeError, TypeError) as exc:
-        raise LawError(f"operator {fn.name!r} cannot be evaluated by torch on ({a.dtype}, {b.dtype}) values: {exc}. "
+        kinds = ", ".join(str(t.dtype)[6:] for t in [*a, *b])
+        raise LawError(f"operator {fn.name!r} cannot be evaluated by torch on ({kinds}) values: {exc}. "
                        "(Builtins of two values such as tc.minimum take no Python numbers: write "
                        "tc.where(x < 10.0, x, 10.0))", fn.location) from None
+
+
+def identities(identity) -> tuple:
+    """An ``identity=`` as a tuple of one value per field (a plain number is the identity of one field)."""
+    return identity if isinstance(identity, tuple) else (identity,)
 
 
 def _differ(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -52,82 +61,126 @@ def _differ(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return ~(same | both_nan)
 
 
-def _samples() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def _samples(width: int) -> list[tuple[list, list, list]]:
     """Floats near 0 and of magnitudes up to 1e3 (a saturating operator shows itself only past its threshold),
-    and small integers."""
+    and small integers: three operands of ``width`` fields each."""
     gen = torch.Generator().manual_seed(20261129)
     scale = torch.tensor([2.0, 30.0, 1000.0], dtype=torch.float64).repeat_interleave(_SAMPLE // 2)
-    floats = [(torch.rand(scale.numel(), generator=gen, dtype=torch.float64) * 2 - 1) * scale for _ in range(3)]
-    ints = [torch.randint(-5, 6, (_SAMPLE,), generator=gen) for _ in range(3)]
-    return [tuple(floats), tuple(ints)]
+
+    def floats():
+        return [(torch.rand(scale.numel(), generator=gen, dtype=torch.float64) * 2 - 1) * scale for _ in range(width)]
+
+    def ints():
+        return [torch.randint(-5, 6, (_SAMPLE,), generator=gen) for _ in range(width)]
+
+    return [(floats(), floats(), floats()), (ints(), ints(), ints())]
+
+
+def _number(v) -> str:
+    text = f"{v:.6g}"
+    return text + ".0" if isinstance(v, float) and text.lstrip("-").isdigit() else text
+
+
+def _text(values: list, i: int) -> str:
+    items = [_number(t[i].item()) for t in values]
+    return items[0] if len(items) == 1 else f"({', '.join(items)})"
+
+
+def _first_difference(x: list, y: list):
+    """The first sample position where two k-field results differ, or None."""
+    bad = functools.reduce(torch.logical_or, [_differ(a, b) for a, b in zip(x, y)])
+    return int(bad.nonzero()[0]) if bool(bad.any()) else None
 
 
 def check_laws(op, identity=None, name: str | None = None, location=None) -> Laws:
-    """Check a binary operator's associativity (and find its commutativity) on a seeded sample; with
-    ``identity``, check that ``identity op x == x == x op identity`` too.
+    """Check an operator's associativity (and find its commutativity) on a seeded sample; with ``identity``,
+    check that ``identity op x == x == x op identity`` too. An operator on k-tuples (2k arguments, k results,
+    a k-tuple identity) is checked field by field.
 
     ``op`` is anything ``reduce`` accepts as an operator. Raises :class:`LawError` when ``(a op b) op c`` and
     ``a op (b op c)`` differ on the sample, naming a counterexample (the message points at the tuple, linear
-    recurrence, form for the common case ``alpha * a + b``), or when ``identity`` is not one.
+    recurrence, form for the common case ``alpha * a + b``), when ``identity`` is not one, or when the
+    operator's arity is not twice its number of results.
     """
     from ..scalar.trace import to_function
     fn = op if isinstance(op, Function) else to_function(op, role="the operator", location=location)
+    width = len(fn.outputs)
+    if fn.arity != 2 * width:
+        raise LawError(f"operator {name or fn.name!r} takes {fn.arity} arguments and returns {width} value(s); an "
+                       "operator combines two k-tuples into one: 2k arguments (the left fields, then the right "
+                       "ones) and k results", location)
+    if identity is not None and len(identities(identity)) != width:
+        raise LawError(f"identity={identity!r} has {len(identities(identity))} field(s) but operator "
+                       f"{name or fn.name!r} combines {width}-tuples; give one value per field", location)
     commutative = True
-    for a, b, c in _samples():
+    for a, b, c in _samples(width):
         left = _apply(fn, _apply(fn, a, b), c)
         right = _apply(fn, a, _apply(fn, b, c))
-        bad = _differ(left, right)
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0])
+        i = _first_difference(left, right)
+        if i is not None:
             raise LawError(
-                f"operator {name or fn.name!r} is not associative: with a={a[i].item():.6g}, b={b[i].item():.6g}, "
-                f"c={c[i].item():.6g}, (a op b) op c = {left[i].item():.6g} but a op (b op c) = "
-                f"{right[i].item():.6g}. A reduce or scan combines in a tree, so its operator must be associative. "
-                "A linear recurrence h = alpha * h + x is associative as an operator on pairs (value, decay): "
+                f"operator {name or fn.name!r} is not associative: with a={_text(a, i)}, b={_text(b, i)}, "
+                f"c={_text(c, i)}, (a op b) op c = {_text(left, i)} but a op (b op c) = {_text(right, i)}. A "
+                "reduce or scan combines in a tree, so its operator must be associative. A linear recurrence "
+                "h = alpha * h + x is associative as an operator on pairs (value, decay): "
                 "(v1, d1), (v2, d2) -> (v1 * d2 + v2, d1 * d2)", location)
-        commutative = commutative and not bool(_differ(_apply(fn, a, b), _apply(fn, b, a)).any())
-        integral = isinstance(identity, bool) or (isinstance(identity, (int, float)) and
-                                                  (abs(identity) == float("inf") or float(identity).is_integer()))
-        if identity is not None and (a.is_floating_point() or integral):
-            _check_identity(fn, identity, a, name, location)
+        commutative = commutative and _first_difference(_apply(fn, a, b), _apply(fn, b, a)) is None
+        if identity is not None and (a[0].is_floating_point() or _integral(identities(identity))):
+            _check_identity(fn, identities(identity), a, name, location)
     return Laws(True, commutative)
 
 
-def _check_identity(fn: Function, identity, a: torch.Tensor, name, location) -> None:
+def _integral(values: tuple) -> bool:
+    return all(isinstance(v, bool) or (isinstance(v, (int, float)) and (abs(v) == float("inf") or
+                                                                       float(v).is_integer())) for v in values)
+
+
+def _check_identity(fn: Function, identity: tuple, a: list, name, location) -> None:
     """``e op x == x op e == x`` on the sample, and ``e op e == e`` (lanes past the end of a tile hold e)."""
-    e = torch.full_like(a, typed_identity(identity, a.dtype))
-    if bool(_differ(_apply(fn, e, e), e).any()):
-        raise LawError(f"identity={identity!r} op identity is {_apply(fn, e, e)[0].item()!r}, not the identity, for "
+    shown = identity[0] if len(identity) == 1 else identity
+    e = [torch.full_like(t, typed_identity(v, t.dtype)) for v, t in zip(identity, a)]
+    if _first_difference(_apply(fn, e, e), e) is not None:
+        raise LawError(f"identity={shown!r} op identity is {_text(_apply(fn, e, e), 0)}, not the identity, for "
                        f"operator {name or fn.name!r}; masked lanes combine the identity with itself, so the "
                        "operator must give it back (guard the formula with tc.where)", location)
     for left, right in ((e, a), (a, e)):
         got = _apply(fn, left, right)
-        bad = _differ(got, a)
-        if bool(bad.any()):
-            i = int(bad.nonzero()[0])
-            raise LawError(f"identity={identity!r} is not an identity of operator {name or fn.name!r}: with "
-                           f"x={a[i].item():.6g}, {'e op x' if left is e else 'x op e'} = {got[i].item():.6g}, "
-                           "not x. Give the value e with e op x == x op e == x (0 for a sum, 1 for a product, "
-                           "-inf for a maximum); an operator without one is not supported yet", location)
+        i = _first_difference(got, a)
+        if i is not None:
+            raise LawError(f"identity={shown!r} is not an identity of operator {name or fn.name!r}: with "
+                           f"x={_text(a, i)}, {'e op x' if left is e else 'x op e'} = {_text(got, i)}, not x. Give "
+                           "the value e with e op x == x op e == x (0 for a sum, 1 for a product, -inf for a "
+                           "maximum); an operator without one is not supported yet", location)
 
 
-def fold_reduce(fn: Function, identity, x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
-    """The sequential fold of ``fn`` over ``dims`` of ``x`` (in row-major order), starting from ``identity``."""
-    kept = [d for d in range(x.dim()) if d not in dims]
-    rows = x.permute(*kept, *dims).reshape(*(x.shape[d] for d in kept), -1)
-    acc = torch.full(rows.shape[:-1], identity, dtype=x.dtype, device=x.device)
-    if x.device.type == "meta":
+def fold_reduce(fn: Function, identity, xs: list, dims: tuple[int, ...]) -> list[torch.Tensor]:
+    """The sequential fold of ``fn`` over ``dims`` of the fields ``xs`` (in row-major order), starting from
+    ``identity``, or from the first element for an operator without one (which cannot reduce nothing: a
+    RuntimeError, as torch.amax of nothing)."""
+    kept = [d for d in range(xs[0].dim()) if d not in dims]
+    count = math.prod(xs[0].shape[d] for d in dims)
+    rows = [x.permute(*kept, *dims).reshape(*(x.shape[d] for d in kept), count) for x in xs]
+    if identity is None and count == 0 and rows[0].numel() == 0 and rows[0].shape[:-1].numel() > 0:
+        raise RuntimeError(f"operator {fn.name!r} has no identity, so it cannot reduce 0 elements; give it "
+                           "identity= or reduce a non-empty axis")
+    start = identities(identity) if identity is not None else (0,) * len(xs)
+    acc = [torch.full(r.shape[:-1], typed_identity(v, r.dtype), dtype=r.dtype, device=r.device)
+           for v, r in zip(start, rows)]
+    if xs[0].device.type == "meta":
         return _apply(fn, acc, acc)
-    for k in range(rows.shape[-1]):
-        acc = _apply(fn, acc, rows[..., k])
+    first = 0
+    if identity is None and count:
+        acc, first = [r[..., 0] for r in rows], 1
+    for k in range(first, count):
+        acc = _apply(fn, acc, [r[..., k] for r in rows])
     return acc
 
 
-def fold_scan(fn: Function, x: torch.Tensor, axis: int) -> torch.Tensor:
-    """The inclusive sequential scan of ``fn`` along ``axis`` of ``x``."""
-    if x.device.type == "meta" or x.shape[axis] == 0:
-        return _apply(fn, x, x)
-    outs = [x.select(axis, 0)]
-    for k in range(1, x.shape[axis]):
-        outs.append(_apply(fn, outs[-1], x.select(axis, k)))
-    return torch.stack(outs, axis)
+def fold_scan(fn: Function, xs: list, axis: int) -> list[torch.Tensor]:
+    """The inclusive sequential scan of ``fn`` along ``axis`` of the fields ``xs``."""
+    if xs[0].device.type == "meta" or xs[0].shape[axis] == 0:
+        return _apply(fn, xs, xs)
+    outs = [[x.select(axis, 0) for x in xs]]
+    for k in range(1, xs[0].shape[axis]):
+        outs.append(_apply(fn, outs[-1], [x.select(axis, k) for x in xs]))
+    return [torch.stack([o[j] for o in outs], axis) for j in range(len(xs))]

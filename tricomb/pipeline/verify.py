@@ -40,19 +40,25 @@ def _laws(op: Function, identity, location) -> Laws:
     return check_laws(op, identity, location=location)
 
 
-def _check_user_operator(stage: Reduce | Scan, kind: str) -> None:
-    """An operator that is not a builtin: two arguments, one result, an identity, associative (checked on a
-    sample); a reduce's must also commute, since its lanes are combined out of order."""
+def _check_user_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
+    """An operator that is not a builtin: 2k arguments and k results for a stream of k fields, associative (checked
+    on a sample, with its identity when it has one: without one, tricomb adds a validity flag, see
+    :mod:`tricomb.lower.totalize`); a reduce's must also commute, since its lanes are combined out of order."""
     op = stage.op
-    if op.arity != 2 or len(op.outputs) != 1:
-        raise UnsupportedError(f"{kind}'s operator {op.name!r} takes {op.arity} arguments and returns "
-                               f"{len(op.outputs)} value(s); this version takes operators of two values returning "
-                               "one (tuple operators of 2k arguments are not supported yet)", stage.location)
-    if stage.identity is None:
-        builtins = ", ".join(f"tc.{n}" for n, spec in OPS.items() if spec.identity is not None)
-        raise UnsupportedError(f"{kind}'s operator {op.name!r} is not one of the builtin operators ({builtins}), so "
-                               "it needs identity= (the value e with e op x == x, e.g. 0 for a sum); operators "
-                               "without one are not supported yet", stage.location)
+    k = len(op.outputs)
+    if op.arity != 2 * k:
+        raise ArityError(f"{kind}'s operator {op.name!r} takes {op.arity} arguments and returns {k} value(s); an "
+                         "operator combines two k-tuples into one, so it takes 2k arguments (the left tuple's "
+                         "fields, then the right one's) and returns k values", stage.location)
+    if width and k != width:  # (as the first stage, a fragment: check_callable checks it before a run)
+        fix = "return a k-tuple from the map or zip_with before it" if width == 1 else \
+            f"give it {2 * width} arguments and {width} results"
+        raise ArityError(f"{kind}'s operator {op.name!r} combines {k}-tuples but the stream entering it has "
+                         f"{width} field(s); {fix}", stage.location)
+    if stage.identity is None and isinstance(stage, Scan) and stage.exclusive:
+        raise UnsupportedError(f"an exclusive scan's first element is its operator's identity, and {op.name!r} has "
+                               "none: give identity= (the value e with e op x == x) or scan inclusively",
+                               stage.location)
     if stage.dtype is not None or (isinstance(stage, Reduce) and (stage.mean or stage.index or stage.skip_nan)):
         raise UnsupportedError(f"dtype=, mean, argmax and nansum take builtin operators, not {op.name!r}",
                                stage.location)
@@ -63,11 +69,15 @@ def _check_user_operator(stage: Reduce | Scan, kind: str) -> None:
                                "the order: take the last element of a scan instead", stage.location)
 
 
-def _check_operator(stage: Reduce | Scan, kind: str) -> None:
+def _check_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
     spec = operator_spec(stage.op)
     if spec is None or spec.identity is None:
-        _check_user_operator(stage, kind)
+        _check_user_operator(stage, kind, width)
         return
+    if width > 1:
+        raise ArityError(f"this {kind} receives a {width}-tuple stream but its operator {spec.name} combines single "
+                         f"values; give an operator of {2 * width} arguments returning {width} values, or map to "
+                         "one field first", stage.location)
     if stage.identity is not None:
         _laws(stage.op, stage.identity, stage.location)  # a builtin given its own identity: it must be one
     if isinstance(stage, Reduce) and stage.index:
@@ -116,9 +126,11 @@ def _check_function(stage: Stage, index: int, width: int) -> None:
 def verify(pipeline: PipelineIR) -> PipelineIR:
     """Check ``pipeline`` and return it unchanged.
 
-    Raises :class:`ArityError` for a function whose argument count does not fit its stage, and
-    :class:`UnsupportedError` for what this version cannot compile: a reduce or scan of a tuple stream,
-    user-defined reduce/scan operators, or more than one reduce or scan.
+    Raises :class:`ArityError` for a function or operator whose argument count does not fit its stage (an
+    operator on k-tuples takes 2k arguments and needs a k-field stream), :class:`LawError` for a user operator
+    that is not associative or whose identity is not one, and :class:`UnsupportedError` for what this version
+    cannot compile: a user operator without identity=, a non-commuting reduce operator, or more than one reduce
+    or scan.
     """
     combines = 0
     widths = [0] + stream_widths(pipeline.stages)
@@ -127,11 +139,7 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
             _check_function(stage, i, widths[i])
             continue
         kind = "reduce" if isinstance(stage, Reduce) else "scan"
-        if widths[i] > 1:
-            raise UnsupportedError(f"this {kind} receives a {widths[i]}-tuple stream; reducing and scanning tuples "
-                                   "(operators of 2k arguments) is not supported yet. Reduce one field: map to it "
-                                   "first", stage.location)
-        _check_operator(stage, kind)
+        _check_operator(stage, kind, widths[i])
         combines += 1
         if combines > 1:
             raise UnsupportedError(f"this {kind} is the pipeline's second reduce or scan; one pipeline holds at "
@@ -140,9 +148,17 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
 
 
 def check_callable(pipeline: PipelineIR) -> None:
-    """What only a pipeline about to run must satisfy: a map that starts it takes one argument (a map of k
-    arguments is a fragment, to be composed after a stage returning a k-tuple)."""
+    """What only a pipeline about to run must satisfy: a map that starts it takes one argument, and a reduce or
+    scan that starts it combines single values (a map of k arguments or a reduce/scan on k-tuples is a fragment,
+    to be composed after a stage returning a k-tuple)."""
     first = pipeline.stages[0]
+    if isinstance(first, (Reduce, Scan)) and len(first.op.outputs) > 1:
+        k = len(first.op.outputs)
+        kind = "reduce" if isinstance(first, Reduce) else "scan"
+        raise ArityError(f"this {kind}'s operator {first.op.name!r} combines {k}-tuples, but as the first stage it "
+                         f"gets one input; put a map or zip_with returning a {k}-tuple before it "
+                         f"(tc.zip_with(lambda {', '.join(f'x{j}' for j in range(k))}: "
+                         f"({', '.join(f'x{j}' for j in range(k))})) takes {k} inputs)", first.location)
     if isinstance(first, Map) and first.fn.arity != 1:
         raise ArityError(f"map's function {first.fn.name!r} takes {first.fn.arity} arguments, but as the first stage "
                          "map passes one element; put it after a stage that returns a "

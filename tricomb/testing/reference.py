@@ -14,6 +14,7 @@ single answer there either: its float32 ``cumprod`` accumulates in float64 on th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ import torch
 
 from ..lower.bind import bind
 from ..lower.fuse import plan
-from ..pipeline.evaluate import evaluate_function, reduce_tensor, scan_tensor
+from ..pipeline.evaluate import evaluate_function, reduce_fields, reduce_tensor, scan_fields, scan_tensor
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import operator_spec
 from ..scalar.builtins import OPS
@@ -142,21 +143,34 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
             kinds = evaluate_function(stage.fn, args)
             seen |= {k.dtype for k in kinds}
             continue
-        value, scale = (values[0], scales[0]) if i else (new[0], _magnitude(new[0]))
-        combined = rounded(reduce_tensor(stage, value) if isinstance(stage, Reduce) else scan_tensor(stage, value))
-        before = loose[0] if i else torch.zeros(value.shape, dtype=torch.bool)
-        loose = [(_fold_as_sum(stage, before) > 0) | _order_dependent(stage, value, _fold_as_sum(stage, scale), compute)]
-        scale = torch.maximum(_magnitude(_combine_scale(stage, combined, scale)), _magnitude(combined))
-        kind = kinds[0] if i else new_metas[0]
-        kinds = [reduce_tensor(stage, kind) if isinstance(stage, Reduce) else scan_tensor(stage, kind)]
-        seen.add(kinds[0].dtype)
-        values, scales = [combined], [scale]
-        length = max(1, _length(stage, value, combined))
+        xs, xscales = (values, scales) if i else (new[:1], [_magnitude(new[0])])
+        before = loose if i else [torch.zeros(x.shape, dtype=torch.bool) for x in xs]
+        values, scales, loose = _combine(stage, xs, xscales, before, compute, rounded)
+        kinds = reduce_fields(stage, kinds if i else new_metas[:1]) if isinstance(stage, Reduce) else \
+            scan_fields(stage, kinds if i else new_metas[:1])
+        seen |= {k.dtype for k in kinds}
+        length = max(1, _length(stage, xs[0], values[0]))
     least = torch.float32 if seen & {torch.float16, torch.bfloat16, torch.float32} else compute
     loose = loose or [torch.zeros(v.shape, dtype=torch.bool) for v in values]
     refs = tuple(Reference(v, s, f.dtype, length, least, _spread(loose, v.shape))
                  for v, s, f in zip(values, scales, fields))
     return refs[0] if len(refs) == 1 else refs
+
+
+def _combine(stage, xs: list, scales: list, loose: list, compute: torch.dtype, rounded):
+    """A reduce or scan on the oracle's fields ``xs``: the combined values, their error scales and where the
+    order of combination decides them. An operator on k-tuples mixes its fields (a linear recurrence multiplies
+    values by decays), so each field's scale is the largest sum of magnitudes over all fields."""
+    fold = reduce_fields if isinstance(stage, Reduce) else scan_fields
+    combined = [rounded(c) for c in fold(stage, xs)]
+    spread = functools.reduce(torch.logical_or, [_fold_as_sum(stage, m) > 0 for m in loose])
+    if len(xs) == 1:
+        summed = _fold_as_sum(stage, scales[0])
+        scale = torch.maximum(_magnitude(_combine_scale(stage, combined[0], scales[0])), _magnitude(combined[0]))
+        return combined, [scale], [spread | _order_dependent(stage, xs[0], summed, compute)]
+    bound = functools.reduce(torch.maximum, [_fold_as_sum(stage, s) for s in scales])
+    order_dependent = spread | (bound > torch.finfo(compute).max)
+    return combined, [torch.maximum(bound, _magnitude(c)) for c in combined], [order_dependent] * len(combined)
 
 
 _HALF = (torch.float16, torch.bfloat16)
