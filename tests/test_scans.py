@@ -1,5 +1,7 @@
 """Scans forward and reversed, inclusive and exclusive, along either axis of 2-D inputs, one kernel each, against
 torch (flip, cumulative op, flip; and the identity shifted in for exclusive scans)."""
+import functools
+
 import pytest
 import torch
 
@@ -20,8 +22,9 @@ def _exclusive(inclusive: torch.Tensor, axis: int, identity) -> torch.Tensor:
 @pytest.mark.parametrize("axis", [0, 1])
 def test_cumsum_and_cummax_in_every_direction(device, tiles, reverse, exclusive, axis):
     x = torch.randn(7, 13, device=device)
+    running_max = functools.partial(tc.scan, tc.maximum)  # the values alone (tc.cummax adds their indices)
     for stage, torch_fn, identity in [(tc.cumsum, lambda t, d: torch.cumsum(t, d), 0.0),
-                                      (tc.cummax, lambda t, d: torch.cummax(t, d).values, -float("inf"))]:
+                                      (running_max, lambda t, d: torch.cummax(t, d).values, -float("inf"))]:
         pipe = stage(axis=axis, reverse=reverse, exclusive=exclusive)
         with schedule_overrides(**tiles), count_launches() as launches:
             got = pipe(x)
@@ -46,7 +49,26 @@ def test_exclusive_scan_of_one_element_and_of_nothing(device):
     assert tc.cumsum(exclusive=True)(torch.tensor(3.0, device=device)).item() == 0.0
     assert tc.cumprod(exclusive=True, reverse=True)(torch.tensor([5.0], device=device)).tolist() == [1.0]
     empty = torch.empty(4, 0, dtype=torch.int32, device=device)
-    assert tc.cummax(axis=1, exclusive=True)(empty).shape == (4, 0)
+    values, indices = tc.cummax(axis=1, exclusive=True)(empty)
+    assert values.shape == indices.shape == (4, 0) and indices.dtype == torch.int64
+
+
+@pytest.mark.parametrize("name", ["cummax", "cummin"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cummax_and_cummin_return_values_and_indices_as_torch(name, reverse, device):
+    """torch.cummax/cummin: the latest index on ties, NaN the largest and the smallest, and its latest index;
+    bool and integer streams; reversed, positions stay positions along the axis."""
+    x = torch.tensor([[1.0, 3.0, 3.0, float("nan"), 2.0, float("nan"), 0.0, -5.0, -5.0]], device=device)
+    ints = torch.randint(-3, 4, (6, 70), device=device)
+    fn = getattr(torch, name)
+    for t, axis in ((x, 1), (ints, 1), (ints, 0), (ints > 0, 1)):
+        with schedule_overrides(BLOCK_M=2, BLOCK_K=4):
+            values, indices = getattr(tc, name)(axis=axis, reverse=reverse)(t)
+        flipped = fn(t.cpu().flip(axis) if reverse else t.cpu(), axis)
+        want_values = flipped.values.flip(axis) if reverse else flipped.values
+        want_indices = t.shape[axis] - 1 - flipped.indices.flip(axis) if reverse else flipped.indices
+        assert torch.equal(values.cpu().nan_to_num(99.0), want_values.nan_to_num(99.0))
+        assert torch.equal(indices.cpu(), want_indices) and indices.dtype == torch.int64
 
 
 def test_directions_print_and_parse_back():

@@ -111,14 +111,14 @@ def build_reduce(op, axis, keepdim, mean: bool, where, dtype=None, index: bool =
 
 
 def build_scan(op, axis, where, dtype=None, reverse: bool = False, exclusive: bool = False,
-               identity=None) -> Pipeline:
+               identity=None, index: bool = False) -> Pipeline:
     if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
         raise AxisError(f"scan's axis must be an int, got {axis!r}", where)
     for name, flag in (("reverse", reverse), ("exclusive", exclusive)):
         if not isinstance(flag, bool):
             raise TricombError(f"{name} must be True or False, got {flag!r}", where)
     fn = to_function(op, role="scan's operator", location=where)
-    stage = Scan(fn, int(axis), _dtype(dtype, where), reverse, exclusive, _identity(identity, where), location=where)
+    stage = Scan(fn, int(axis), _dtype(dtype, where), reverse, exclusive, _identity(identity, where), where, index)
     return Pipeline(PipelineIR((stage,)))
 
 
@@ -224,7 +224,7 @@ def _shorthand(spec: Shorthand):
         if spec.kind == "reduce":
             return build_reduce(BUILTINS[spec.op], axis, keepdim, spec.mean, caller_location(), dtype, spec.index,
                                 spec.skip_nan)
-        return build_scan(BUILTINS[spec.op], axis, caller_location(), dtype, reverse, exclusive)
+        return build_scan(BUILTINS[spec.op], axis, caller_location(), dtype, reverse, exclusive, index=spec.index)
 
     stage.operator = spec.op  # marks a stage shorthand: passing it where an operator belongs gets a pointed error
     stage.__name__ = stage.__qualname__ = spec.name

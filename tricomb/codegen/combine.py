@@ -56,7 +56,7 @@ def tile_reduce(ctx: ScalarContext, p: KernelPlan, tile: str, axis: int, combine
 def tile_scan(p: KernelPlan, tile: str, axis: int, combine: str) -> str:
     """The expression scanning ``tile`` (a name, or a tuple of field names) along ``axis`` (inclusive)."""
     spec = p.operator
-    if spec is None or spec.tile_scan is None:
+    if spec is None or spec.tile_scan is None or p.index_scan:
         return f"tl.associative_scan({tile}, {axis}, {combine})"
     return spec.tile_scan.format(tile, axis)
 
@@ -205,6 +205,16 @@ def _scan_positions(w: Writer, p: KernelPlan, reduced: list[int]) -> tuple[dict,
     return reads, writes, read_mask
 
 
+def _positions(w: Writer, p: KernelPlan) -> Value:
+    """For cummax/cummin: each read element's int64 position along the axis (``src`` when reversed or exclusive,
+    else ``ks``), as a tile."""
+    stage = p.combine
+    source = "src" if stage.reverse or stage.exclusive else "ks"
+    w.line(f"at = tl.broadcast_to({source}[None, :].to(tl.int64), [BLOCK_M, BLOCK_K])",
+           comment="positions along the axis, paired with the values")
+    return Value("at", torch.int64)
+
+
 def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
     """Rows by K, tile by tile along K; ``carry`` holds each row's prefix of the tiles before."""
     kept, reduced = _split_groups(p)
@@ -220,6 +230,8 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
         reads, ks, read_mask = _scan_positions(w, p, reduced)
         values = _before_combine(w, ctx, p, rows, reads, read_mask)
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
+        if p.index_scan:
+            values = values + [_positions(w, p)]
         for tile, masked in zip(tiles, _masked_fields(ctx, p, values, read_mask)):
             w.line(f"{tile} = {masked}")
         within = tile_scan(p, _packed(tiles), 1, combine)

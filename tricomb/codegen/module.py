@@ -45,8 +45,9 @@ def emit_module(p: KernelPlan) -> str:
 
     body = Writer()
     combine = None
-    if p.index:
-        combine = f"tc_arg{p.operator.name[:3]}_step"  # maximum -> tc_argmax_step, minimum -> tc_argmin_step
+    if p.index or p.index_scan:
+        # maximum -> tc_argmax_step or tc_cummax_step, minimum -> tc_argmin_step or tc_cummin_step
+        combine = f"tc_{'cum' if p.index_scan else 'arg'}{p.operator.name[:3]}_step"
         ctx.use_helpers([combine])
     elif p.combine is not None:
         combine = f"combine_{p.operator.name if p.operator is not None else 'user'}"

@@ -142,7 +142,7 @@ class _Build(lark.Transformer):
                                     where, kwargs.get("dtype"), bool(short and short.index),
                                     bool(short and short.skip_nan))
         return api.build_scan(op, kwargs.get("axis", -1), where, kwargs.get("dtype"), kwargs.get("reverse", False),
-                              kwargs.get("exclusive", False))
+                              kwargs.get("exclusive", False), index=bool(short and short.index))
 
     @lark.v_args(meta=True)
     def map_stage(self, meta, items):

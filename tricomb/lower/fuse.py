@@ -75,10 +75,15 @@ class KernelPlan:
         return isinstance(self.combine, Reduce) and self.combine.index
 
     @property
+    def index_scan(self) -> bool:
+        """A cummax/cummin: the accumulator's two fields are the values and their int64 positions along the axis."""
+        return isinstance(self.combine, Scan) and self.combine.index
+
+    @property
     def identities(self) -> tuple:
         """The operator's identity in each accumulator field's dtype (masked lanes hold it)."""
-        return tuple(typed_identity(e, dtype) for e, dtype in zip(identities(operator_identity(self.combine)),
-                                                                   self.acc_dtypes))
+        found = identities(operator_identity(self.combine)) + ((-1,) if self.index_scan else ())  # -1: no position
+        return tuple(typed_identity(e, dtype) for e, dtype in zip(found, self.acc_dtypes))
 
     @property
     def num_kernels(self) -> int:

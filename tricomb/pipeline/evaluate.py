@@ -143,14 +143,25 @@ def _references(stage: Reduce | Scan):
             lambda xs, axis: fold_scan(fn, in_dtypes(xs), axis))
 
 
+def _index_scan(stage: Scan, xs: list[torch.Tensor], axis: int) -> list[torch.Tensor]:
+    """torch.cummax/cummin: the running values and their positions in scan order."""
+    fn = torch.cummax if operator_spec(stage.op).name == "maximum" else torch.cummin
+    if xs[0].device.type == "meta":
+        return [xs[0], torch.empty(xs[0].shape, dtype=torch.int64, device="meta")]
+    return list(fn(xs[0], axis))
+
+
 def _scan_along(stage: Scan, xs: list[torch.Tensor], axis: int) -> list[torch.Tensor]:
     _, scan_ref = _references(stage)
     if stage.reverse:
         xs = [x.flip(axis) for x in xs]
-    outs = [_converted(o, stage.dtype) for o in scan_ref(xs, axis)]
+    outs = _index_scan(stage, xs, axis) if stage.index else [_converted(o, stage.dtype) for o in scan_ref(xs, axis)]
+    if stage.reverse and stage.index:  # positions along the axis, not in scan order
+        outs[1] = outs[1].shape[axis] - 1 - outs[1]
     if stage.exclusive and outs[0].shape[axis] > 0:
+        identity = identities(operator_identity(stage)) + ((-1,) if stage.index else ())
         firsts = [torch.full_like(o.narrow(axis, 0, 1), typed_identity(e, o.dtype))
-                  for o, e in zip(outs, identities(operator_identity(stage)))]
+                  for o, e in zip(outs, identity)]
         outs = [torch.cat([first, o.narrow(axis, 0, o.shape[axis] - 1)], axis) for first, o in zip(firsts, outs)]
     return [o.flip(axis) for o in outs] if stage.reverse else outs
 

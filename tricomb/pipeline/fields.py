@@ -7,7 +7,7 @@ broadcast of all inputs, and each field is stored at its own shape: the broadcas
 from __future__ import annotations
 
 from ..scalar.ir import fold
-from .ir import Map, PipelineIR, ZipWith, new_inputs
+from .ir import Map, PipelineIR, ZipWith, new_inputs, stream_widths
 
 Inputs = frozenset[int]
 
@@ -34,5 +34,5 @@ def field_inputs(pipeline: PipelineIR) -> tuple[Inputs, ...]:
                                                                         if isinstance(o, frozenset)))
             stream = [o if isinstance(o, frozenset) else _union(args) for o in outputs]
         else:
-            stream = [_union(stream + new)] * len(stage.op.outputs)
+            stream = [_union(stream + new)] * stream_widths((stage,))[0]
     return tuple(stream)

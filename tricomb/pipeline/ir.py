@@ -67,6 +67,9 @@ class Scan:
     the elements strictly before it (after it, reversed); the first holds the operator's identity.
     ``identity``: the operator's identity, for an operator that is not a builtin; a k-tuple for an operator
     on k-tuples, as for :class:`Reduce`.
+    ``index`` (the ``cummax``/``cummin`` shorthands, with ``maximum``/``minimum``): the result is two fields, the
+    running values and the int64 position along the axis where each was seen, the latest one on ties, NaN counting
+    as the largest and the smallest value, as torch.cummax/cummin.
     """
 
     op: Function
@@ -76,6 +79,7 @@ class Scan:
     exclusive: bool = False
     identity: float | int | bool | tuple | None = None
     location: Location | None = field(default=None, compare=False)
+    index: bool = False
 
 
 Stage = Union[Map, ZipWith, Reduce, Scan]
@@ -101,7 +105,8 @@ class PipelineIR:
 def stream_widths(stages: tuple[Stage, ...]) -> list[int]:
     """The number of fields of the stream after each stage (a map or zip_with returning a k-tuple makes k, and so
     does a reduce or scan with an operator on k-tuples)."""
-    return [len(s.fn.outputs) if isinstance(s, (Map, ZipWith)) else len(s.op.outputs) for s in stages]
+    return [len(s.fn.outputs) if isinstance(s, (Map, ZipWith)) else 2 if isinstance(s, Scan) and s.index
+            else len(s.op.outputs) for s in stages]
 
 
 def new_inputs(stages: tuple[Stage, ...]) -> list[int]:

@@ -60,7 +60,7 @@ def stage_text(stage: Stage) -> str:
         if stage.mean:
             return f"mean{args}"
         if stage.index:
-            return f"{INDEX_SHORTHANDS[spec.name]}{args}"
+            return f"{INDEX_SHORTHANDS['reduce', spec.name]}{args}"
         if stage.skip_nan:
             return f"nansum{args}"
         short = BY_OPERATOR.get(("reduce", spec.name)) if spec else None
@@ -68,6 +68,8 @@ def stage_text(stage: Stage) -> str:
     args = _args(axis=stage.axis if stage.axis != -1 else None, reverse=stage.reverse or None,
                  exclusive=stage.exclusive or None, dtype=stage.dtype,
                  identity=stage.identity if spec is None or spec.identity is None else None)
+    if stage.index:
+        return f"{INDEX_SHORTHANDS['scan', spec.name]}{args}"
     short = BY_OPERATOR.get(("scan", spec.name)) if spec else None
     return f"{short}{args}" if short else f"scan {function_text(stage.op)}{args}"
 

@@ -14,7 +14,7 @@ class Shorthand:
     op: str
     torch_name: str  # the torch function it matches
     mean: bool = False
-    index: bool = False  # argmax/argmin: the position of the chosen element, not its value
+    index: bool = False  # argmax/argmin: the chosen element's position; cummax/cummin: values and positions
     skip_nan: bool = False  # nansum: NaN elements count as the identity
     takes_dtype: bool = False  # as torch's function: sum, prod, mean, cumsum and cumprod take dtype=
 
@@ -32,14 +32,15 @@ SHORTHANDS: dict[str, Shorthand] = {s.name: s for s in [
     Shorthand("all", "reduce", "logical_and", "torch.all"),
     Shorthand("cumsum", "scan", "add", "torch.cumsum", takes_dtype=True),
     Shorthand("cumprod", "scan", "mul", "torch.cumprod", takes_dtype=True),
-    Shorthand("cummax", "scan", "maximum", "torch.cummax values"),
-    Shorthand("cummin", "scan", "minimum", "torch.cummin values"),
+    Shorthand("cummax", "scan", "maximum", "torch.cummax", index=True),
+    Shorthand("cummin", "scan", "minimum", "torch.cummin", index=True),
 ]}
 
 # the shorthand a reduce or scan with this operator prints as (mean is printed from Reduce.mean)
 BY_OPERATOR: dict[tuple[str, str], str] = {(s.kind, s.op): s.name for s in SHORTHANDS.values()
                                            if not (s.mean or s.index or s.skip_nan)}
-INDEX_SHORTHANDS: dict[str, str] = {s.op: s.name for s in SHORTHANDS.values() if s.index}  # maximum -> argmax
+# (kind, operator) -> the index shorthand: ("reduce", "maximum") -> argmax, ("scan", "maximum") -> cummax
+INDEX_SHORTHANDS: dict[tuple[str, str], str] = {(s.kind, s.op): s.name for s in SHORTHANDS.values() if s.index}
 
 # reduce names that are also accepted where an operator belongs: ``reduce sum`` means ``reduce add``
 OPERATOR_ALIASES: dict[str, str] = {s.name: s.op for s in SHORTHANDS.values()

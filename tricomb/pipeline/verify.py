@@ -80,8 +80,8 @@ def _check_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
                          "one field first", stage.location)
     if stage.identity is not None:
         _laws(stage.op, stage.identity, stage.location)  # a builtin given its own identity: it must be one
-    if isinstance(stage, Reduce) and stage.index:
-        _check_index_reduce(stage, spec)
+    if stage.index:
+        _check_index_stage(stage, spec, kind)
         return
     if isinstance(stage, Reduce) and stage.skip_nan and spec.name != "add":
         raise UnsupportedError(f"skipping NaN (nansum) needs the operator add, not {spec.name}", stage.location)
@@ -95,11 +95,16 @@ def _check_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
                                "before it instead, with a map", stage.location)
 
 
-def _check_index_reduce(stage: Reduce, spec: OpSpec) -> None:
-    name = INDEX_SHORTHANDS.get(spec.name)
+def _check_index_stage(stage: Reduce | Scan, spec: OpSpec, kind: str) -> None:
+    name = INDEX_SHORTHANDS.get((kind, spec.name))
     if name is None:
-        raise UnsupportedError(f"an index reduction takes the operator maximum (argmax) or minimum (argmin), not "
-                               f"{spec.name}", stage.location)
+        names = "argmax/argmin" if kind == "reduce" else "cummax/cummin"
+        raise UnsupportedError(f"an index {kind} takes the operator maximum or minimum ({names}), not {spec.name}",
+                               stage.location)
+    if isinstance(stage, Scan):
+        if stage.dtype is not None:
+            raise UnsupportedError(f"{name} takes no dtype= (torch.{name} has none)", stage.location)
+        return
     if stage.axis is not None and len(stage.axis) != 1:
         raise AxisError(f"{name} takes axis=None or one int axis, as torch.{name}; got axis={stage.axis}",
                         stage.location)

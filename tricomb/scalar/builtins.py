@@ -244,8 +244,17 @@ def tc_arg{kind}_over(v, i, AXIS: tl.constexpr):
     index = tl.reduce(tl.where(hit, i, 9223372036854775807), AXIS, tl.standard._elementwise_min)
     return best, index
 '''
+_CUM_STEP = '''
+@triton.jit
+def tc_cum{kind}_step(av, ai, bv, bi):
+    # one step of torch.cum{kind} on (value, position) pairs, b the later in scan order: b wins when {better} or
+    # equal (the latest position on ties), or NaN (NaN beats every number); a lane with position -1 is empty
+    take_b = ((bv {op}= av) | (bv != bv)) & (bi >= 0)
+    return tl.where(take_b, bv, av), tl.where(take_b, bi, ai)
+'''
 for _kind, _better, _op in (("max", "larger", ">"), ("min", "smaller", "<")):
     HELPERS[f"tc_arg{_kind}_step"] = (_ARG_STEP.format(kind=_kind, better=_better, op=_op), ())
+    HELPERS[f"tc_cum{_kind}_step"] = (_CUM_STEP.format(kind=_kind, better=_better, op=_op), ())
     HELPERS[f"tc_arg{_kind}_over"] = (_ARG_OVER.format(kind=_kind), (f"tc_{_kind}_over",))
 
 

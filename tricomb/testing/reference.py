@@ -167,7 +167,9 @@ def _combine(stage, xs: list, scales: list, loose: list, compute: torch.dtype, r
     if len(xs) == 1:
         summed = _fold_as_sum(stage, scales[0])
         scale = torch.maximum(_magnitude(_combine_scale(stage, combined[0], scales[0])), _magnitude(combined[0]))
-        return combined, [scale], [spread | _order_dependent(stage, xs[0], summed, compute)]
+        loose = spread | _order_dependent(stage, xs[0], summed, compute)
+        # (cummax/cummin add a field: the positions, exact)
+        return combined, [scale] + [torch.zeros(scale.shape)] * (len(combined) - 1), [loose] * len(combined)
     bound = functools.reduce(torch.maximum, [_fold_as_sum(stage, s) for s in scales])
     order_dependent = spread | (bound > torch.finfo(compute).max)
     return combined, [torch.maximum(bound, _magnitude(c)) for c in combined], [order_dependent] * len(combined)

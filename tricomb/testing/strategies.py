@@ -22,6 +22,7 @@ dtype), :func:`laid_out` (every dtype, 0-d and 0-size tensors too) and :func:`br
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -205,9 +206,10 @@ def pipelines_and_inputs(draw, max_numel: int = 4096, allow_empty: bool = True, 
     if combine is not None:
         if combine in ("prod", "cumprod"):
             stages.append(api.map(lambda v: 0.5 + BUILTINS["sigmoid"](v)))  # keep products in range
-        stage, shape_after = _combine(draw, combine, shape)
+        n_after = draw(st.integers(0, 2))
+        stage, shape_after = _combine(draw, combine, shape, last=n_after == 0)
         stages.append(stage)
-        for _ in range(draw(st.integers(0, 2))):
+        for _ in range(n_after):
             stages.append(_stage(draw, shape_after, inputs, others, after_combine=True,
                                  after_max=combine in _MAX_LIKE))
     if not stages:
@@ -345,9 +347,11 @@ def integer_pipelines_and_inputs(draw, max_numel: int = 2048, allow_empty: bool 
         stages.append(stage(shape))
     if combine is not None:
         integral = not (stages and _stream_dtype(stages, inputs).is_floating_point)
-        stage_, shape_after = _combine(draw, combine, shape, integral and not inputs[0].is_floating_point())
+        n_after = draw(st.integers(0, 2))
+        stage_, shape_after = _combine(draw, combine, shape, integral and not inputs[0].is_floating_point(),
+                                       last=n_after == 0)
         stages.append(stage_)
-        for _ in range(draw(st.integers(0, 2))):
+        for _ in range(n_after):
             stages.append(stage(shape_after))
     if not stages:
         stages.append(api.map(_int_unary(draw, dtype)))
@@ -381,10 +385,15 @@ def elementwise_cases(draw, max_numel: int = 2048, allow_empty: bool = True) -> 
     return Case(_compose(stages), tuple(inputs))
 
 
-def _combine(draw, name: str, shape: tuple[int, ...], integral: bool = False):
+def _combine(draw, name: str, shape: tuple[int, ...], integral: bool = False, last: bool = True):
     """A reduce or scan stage named ``name``; ``integral``: the stream holds integers or bools, so an integer
-    ``dtype=`` may be drawn (converting floats to integers is a jump, as floor is)."""
+    ``dtype=`` may be drawn (converting floats to integers is a jump, as floor is). cummax and cummin return
+    (values, indices) as torch's do; unless ``last``, their values alone (the general scan) are drawn, so that
+    the one-field stages after them fit."""
     stage_fn = getattr(api, name)
+    if name in ("cummax", "cummin") and not last:
+        op = BUILTINS["maximum" if name == "cummax" else "minimum"]
+        stage_fn = functools.partial(api.scan, op)
     rank = len(shape)
     if name in SCANS:
         axis = draw(st.integers(-max(rank, 1), max(rank, 1) - 1))
