@@ -58,6 +58,15 @@ def test_c05_nan_skipping_sum(device):
     _same(tc.nansum()(torch.tensor([0, 2.5, nan, 7.5, 10], device=device)), torch.tensor(20.0))
 
 
+def test_c05_nan_skipping_mean_counts_only_numbers(device):
+    """nanmean, as torch.nanmean: the NaN-free elements' mean; NaN for a row of NaN; float16 kept."""
+    x = torch.tensor([[0, 2.5, nan, 7.5, 10], [nan] * 5, [1, 2, 3, 4, 5]], device=device)
+    _same(tc.nanmean(axis=1)(x), torch.tensor([5.0, nan, 3.0]))
+    _same(tc.nanmean()(x.half()), torch.nanmean(x.cpu().half()))
+    with tricomb.testing.schedule_overrides(SPLIT=3, BLOCK_K=4):
+        _same(tc.nanmean(axis=1, keepdim=True)(x.repeat(1, 40)), torch.nanmean(x.cpu().repeat(1, 40), 1, True))
+
+
 def test_c06_empty_reductions(device):
     _same(tc.sum()(torch.empty(0, device=device)), torch.tensor(0.0))
     _same(tc.sum()(torch.empty(1, 0, dtype=torch.bool, device=device)), torch.tensor(0))
@@ -70,7 +79,7 @@ def test_c06_empty_reductions(device):
 
 
 def test_c07_empty_scans_launch_nothing(device):
-    from tricomb.testing import count_launches
+    from tricomb.testing import schedule_overrides, count_launches
     ints = torch.empty(0, dtype=torch.int32, device=device)
     rows = torch.empty(0, 4, device=device)
     with count_launches() as launches:

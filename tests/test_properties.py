@@ -102,7 +102,7 @@ def _single_combines(draw):
     names = ("sum", "prod", "max", "min", "cumsum", "cumprod", "cummax", "cummin") + INDEX_REDUCTIONS \
         + LOGICAL_REDUCTIONS
     if dtype.is_floating_point or draw(st.integers(0, 9)) == 0:  # torch's mean refuses integers: so must we
-        names += ("mean",)
+        names += ("mean", "nanmean")
     return Case(draw(combines(shape, names, integral=not dtype.is_floating_point)), (x,))
 
 

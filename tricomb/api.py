@@ -241,6 +241,7 @@ max = _shorthand(SHORTHANDS["max"])  # noqa: A001
 min = _shorthand(SHORTHANDS["min"])  # noqa: A001
 mean = _shorthand(SHORTHANDS["mean"])
 nansum = _shorthand(SHORTHANDS["nansum"])
+nanmean = _shorthand(SHORTHANDS["nanmean"])
 argmax = _shorthand(SHORTHANDS["argmax"])
 argmin = _shorthand(SHORTHANDS["argmin"])
 any = _shorthand(SHORTHANDS["any"])  # noqa: A001

@@ -25,6 +25,7 @@ from ..pipeline.verify import operator_identity, operator_spec
 from ..scalar.builtins import OpSpec
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, Group, combine_stage, input_stages
+from .expand import expand
 from .totalize import totalize
 
 
@@ -140,8 +141,9 @@ def _index_values_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torc
 
 
 def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
-    """The kernel plan for ``pipeline`` on inputs of ``binding``'s layout class (after :func:`totalize`)."""
-    pipeline = totalize(pipeline)
+    """The kernel plan for ``pipeline`` on inputs of ``binding``'s layout class (after the rewrites
+    :func:`expand` and :func:`totalize`)."""
+    pipeline = totalize(expand(pipeline))
     at, stage = combine_stage(pipeline)
     inputs = tuple(Slot(f"in{i}", dtype, after) for i, (dtype, after)
                    in enumerate(zip(binding.dtypes, binding.joins_after)))

@@ -83,7 +83,8 @@ def reduce_fields(stage: Reduce, xs: list[torch.Tensor]) -> list[torch.Tensor]:
     x = xs[0]
     dims = iteration_axes(stage, x.dim())
     if stage.mean:
-        return [torch.mean(x, dim=dims, keepdim=stage.keepdim, dtype=stage.dtype)]
+        mean = torch.nanmean if stage.skip_nan else torch.mean
+        return [mean(x, dim=dims, keepdim=stage.keepdim, dtype=stage.dtype)]
     if stage.index:
         return [_arg_reduce(stage, x)]
     if stage.skip_nan:

@@ -58,7 +58,7 @@ def stage_text(stage: Stage) -> str:
         args = _args(axis=axis, keepdim=stage.keepdim or None, dtype=stage.dtype,
                      identity=stage.identity if spec is None or spec.identity is None else None)
         if stage.mean:
-            return f"mean{args}"
+            return f"{'nanmean' if stage.skip_nan else 'mean'}{args}"
         if stage.index:
             return f"{INDEX_SHORTHANDS['reduce', spec.name]}{args}"
         if stage.skip_nan:

@@ -26,6 +26,7 @@ SHORTHANDS: dict[str, Shorthand] = {s.name: s for s in [
     Shorthand("min", "reduce", "minimum", "torch.amin"),
     Shorthand("mean", "reduce", "add", "torch.mean", mean=True, takes_dtype=True),
     Shorthand("nansum", "reduce", "add", "torch.nansum", skip_nan=True, takes_dtype=True),
+    Shorthand("nanmean", "reduce", "add", "torch.nanmean", mean=True, skip_nan=True),
     Shorthand("argmax", "reduce", "maximum", "torch.argmax", index=True),
     Shorthand("argmin", "reduce", "minimum", "torch.argmin", index=True),
     Shorthand("any", "reduce", "logical_or", "torch.any"),

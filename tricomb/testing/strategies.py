@@ -43,7 +43,7 @@ SMOOTH_UNARY = ("abs", "neg", "exp", "exp2", "expm1", "log", "log2", "log1p", "s
                 "reciprocal", "sin", "cos", "tanh", "sigmoid", "softplus", "relu", "gelu", "gelu_tanh", "silu",
                 "erf")
 SMOOTH_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
-REDUCTIONS = ("sum", "prod", "max", "min", "mean", "nansum")
+REDUCTIONS = ("sum", "prod", "max", "min", "mean", "nansum", "nanmean")
 INT_REDUCTIONS = ("sum", "prod", "max", "min")  # torch's mean refuses integer and bool tensors
 SCANS = ("cumsum", "cumprod", "cummax", "cummin")
 _SLOW_IN_INTERPRETER = ("cummax", "cummin")  # folded element by element by Triton's interpreter
