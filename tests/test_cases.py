@@ -79,7 +79,7 @@ def test_c06_empty_reductions(device):
 
 
 def test_c07_empty_scans_launch_nothing(device):
-    from tricomb.testing import schedule_overrides, count_launches
+    from tricomb.testing import count_launches
     ints = torch.empty(0, dtype=torch.int32, device=device)
     rows = torch.empty(0, 4, device=device)
     with count_launches() as launches:

@@ -105,7 +105,7 @@ def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, names: list[str
                    shape: str) -> list[Value]:
     """Stages after the reduce/scan, on the combined fields ``names``, with the inputs that join there loaded at
     ``address``."""
-    after = [s for s in p.inputs if s.after]
+    after = [s for s in p.inputs if s.after and not s.late]
     values = emit_loads(w, p, after, address, mask)
     b = p.binding
     rank = b.rank - len(b.axes) if p.kind == "reduce" and not p.combine.keepdim else b.rank
@@ -215,8 +215,10 @@ def _positions(w: Writer, p: KernelPlan) -> Value:
     return Value("at", torch.int64)
 
 
-def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
-    """Rows by K, tile by tile along K; ``carry`` holds each row's prefix of the tiles before."""
+def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, then: str | None = None) -> None:
+    """Rows by K, tile by tile along K; ``carry`` holds each row's prefix of the tiles before. A reduce fused
+    after the scan (combine function ``then``) folds each scanned tile into its own tile-shaped accumulator,
+    reduced once per row after the loop, so the scanned values are never stored."""
     kept, reduced = _split_groups(p)
     carries, tiles, scanned = fields("carry", p.width), fields("tile", p.width), fields("scanned", p.width)
     program_ids(w, ["pid"])
@@ -225,6 +227,10 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
     rows = emit_offsets(w, "rows", kept, p.slots, "r")
     for j, carry in enumerate(carries):
         w.line(f"{carry} = tl.full([BLOCK_M], {_identity(p, j)}, {_acc(p, j)})")
+    fused = p.reduce_view() if p.then is not None else None
+    if fused is not None:
+        for j, acc in enumerate(fields("acc", fused.width)):
+            w.line(f"{acc} = tl.full([BLOCK_M, BLOCK_K], {_identity(fused, j)}, {_acc(fused, j)})")
     with w.block("for k0 in range(0, K, BLOCK_K):"):
         w.line("ks = k0 + tl.arange(0, BLOCK_K)")
         reads, ks, read_mask = _scan_positions(w, p, reduced)
@@ -246,4 +252,15 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
         ctx.use_helpers(["tc_last"])
         address = _tile_address(rows, ks, [s for s in p.slots if s.after])
         value = _after_combine(w, ctx, p, scanned, address, "mask", "[BLOCK_M, BLOCK_K]")
-        store(w, ctx, p, value, address, "mask")
+        if fused is None:
+            store(w, ctx, p, value, address, "mask")
+            return
+        accs = fields("acc", fused.width)
+        w.comment(f"stage {len(fused.before)}: {stage_text(fused.combine)}, in the same loop")
+        w.line(f"{', '.join(accs)} = {then}({', '.join(accs + _masked_fields(ctx, fused, value, 'mask'))})")
+    totals = fields("total", fused.width)
+    w.line(f"{', '.join(totals)} = {_reduce_tile(ctx, fused, accs, then)}")
+    if fused.combine.mean:
+        w.line("total = total / K", comment="mean: divide by the number of elements combined")
+    value = _after_combine(w, ctx, fused, totals, rows, "row_mask", "[BLOCK_M]")
+    store(w, ctx, fused, value, rows, "row_mask")

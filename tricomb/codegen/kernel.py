@@ -2,8 +2,8 @@
 
 One emitter per concept: :func:`emit_offsets` (an index split over dimension groups into per-tensor
 offsets), :func:`emit_loads`, :func:`emit_stages` (map/zip_with bodies), :func:`store`, and the body of a map
-kernel; the reduce and scan bodies, which add a combine, are in :mod:`tricomb.codegen.combine`. Each emitted line that comes from a pipeline stage carries a comment naming
-that stage.
+kernel; the reduce and scan bodies, which add a combine, are in :mod:`tricomb.codegen.combine`. Each emitted
+line that comes from a pipeline stage carries a comment naming that stage.
 """
 from __future__ import annotations
 

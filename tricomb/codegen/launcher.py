@@ -7,6 +7,7 @@ axes are fixed by the plan and written in as constants.
 from __future__ import annotations
 
 from ..lower.fuse import KernelPlan
+from ..pipeline.ir import Reduce
 from ..scalar.dtypes import held_dtype
 from .kernel import fields, group_size, group_stride, kernel_parameters
 from .writer import Writer
@@ -79,22 +80,28 @@ def _shape_expr(names: list[str]) -> str:
     return "(" + "".join(f"{n}, " for n in names) + ")"
 
 
+def _final_reduce(p: KernelPlan) -> Reduce | None:
+    """The reduce whose result the kernel stores: the plan's own, or the one fused after its scan."""
+    final = p.then or p.combine
+    return final if isinstance(final, Reduce) else None
+
+
 def _out_shape(p: KernelPlan) -> str:
     b = p.binding
-    if p.kind != "reduce":
+    if _final_reduce(p) is None:
         return "tuple(shape)"
-    keepdim = p.combine.keepdim
+    keepdim = _final_reduce(p).keepdim
     parts = [("1" if keepdim else None) if d in b.axes else f"shape[{d}]" for d in range(b.rank)]
     return _shape_expr([x for x in parts if x is not None])
 
 
 def _strides_line(w: Writer, p: KernelPlan, slot) -> None:
     """``st_<slot>``: the slot's stride for every dimension of the iteration space (0 where it broadcasts)."""
-    if not (slot.after and p.kind == "reduce"):
+    if not ((slot.after and p.kind == "reduce") or slot.late):
         w.line(f"st_{slot.name} = {slot.name}.expand(shape).stride()")
         return
     b = p.binding
-    if p.combine.keepdim:
+    if _final_reduce(p).keepdim:
         w.line(f"st_{slot.name} = [0 if d in {tuple(b.axes)!r} else s "
                f"for d, s in enumerate({slot.name}.expand(out_shape).stride())]")
         return

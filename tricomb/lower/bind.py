@@ -49,14 +49,30 @@ class Binding:
     out_dtypes: tuple[torch.dtype, ...]  # per result field
     out_orders: tuple[tuple[int, ...], ...]  # per result field: torch's memory order of its dimensions
     default_dtype: torch.dtype  # torch.get_default_dtype(): the dtype of Python floats meeting integers
+    joins_late: tuple[bool, ...] = ()  # per input: joins after the reduce that follows a scan (a fused pair)
 
 
-def combine_stage(pipeline: PipelineIR) -> tuple[int, Reduce | Scan | None]:
-    """The index and stage of the pipeline's reduce or scan (``(len, None)`` when there is none)."""
-    for i, stage in enumerate(pipeline.stages):
+def combine_stage(pipeline: PipelineIR, start: int = 0) -> tuple[int, Reduce | Scan | None]:
+    """The index and stage of the pipeline's first reduce or scan from stage ``start`` on (``(len, None)`` when
+    there is none)."""
+    for i, stage in enumerate(pipeline.stages[start:], start):
         if isinstance(stage, (Reduce, Scan)):
             return i, stage
     return len(pipeline.stages), None
+
+
+def final_reduce(pipeline: PipelineIR, rank: int) -> tuple[int, Reduce | None]:
+    """The reduce that follows the pipeline's scan, if any (the fused pair scan-then-reduce), checked to reduce
+    exactly the scanned axis: ``(index, stage)``, or ``(len, None)``."""
+    at, first = combine_stage(pipeline)
+    then_at, then = combine_stage(pipeline, at + 1)
+    if then is None:
+        return then_at, None
+    if iteration_axes(then, rank) != iteration_axes(first, rank) or then.index:
+        raise UnsupportedError("a scan and a reduce after it fuse into one kernel when the reduce is over exactly "
+                               "the scanned axis (and is not argmax/argmin); split the pipeline in two",
+                               then.location)
+    return then_at, then
 
 
 def input_stages(pipeline: PipelineIR) -> list[int]:
@@ -214,8 +230,10 @@ def bind(pipeline: PipelineIR, tensors: tuple, out=None) -> tuple[Binding, tuple
     before = [t.shape for t, a in zip(tensors, after) if not a]
     shape = tuple(_broadcast(before, "the inputs of the pipeline", None))
     axes = iteration_axes(stage, len(shape))
-    reduced = out_shape(torch.Size(shape), stage, axes)
-    for t, a, owner in zip(tensors, after, owners):
+    then_at, then = final_reduce(pipeline, len(shape))
+    late = tuple(owner > then_at for owner in owners)
+    for t, a, lt, owner in zip(tensors, after, late, owners):
+        reduced = out_shape(torch.Size(shape), then if lt else stage, axes)
         if a and tuple(_broadcast([reduced, t.shape], "an input added after the reduce/scan",
                                   pipeline.stages[owner].location)) != reduced:
             raise ShapeError(f"an input of shape {tuple(t.shape)} joins a stream of shape {reduced} after the "
@@ -223,15 +241,16 @@ def bind(pipeline: PipelineIR, tensors: tuple, out=None) -> tuple[Binding, tuple
                              "shape", pipeline.stages[owner].location)
     fields = result_fields(pipeline, tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in tensors),
                            torch.get_default_dtype())
-    _check_field_shapes(pipeline, fields, reduced, stage)
+    final = then or stage
+    _check_field_shapes(pipeline, fields, out_shape(torch.Size(shape), final, axes), final)
     outs = check_out(out, fields, tensors) if out is not None else \
         [torch.empty_strided(f.shape, f.stride, dtype=f.dtype, device="meta") for f in fields]
-    strides = [iteration_strides(t, shape, a, stage, axes) for t, a in zip(tensors, after)]
-    strides += [iteration_strides(o, shape, True, stage, axes) for o in outs]
+    strides = [iteration_strides(t, shape, a, then if lt else stage, axes) for t, a, lt in zip(tensors, after, late)]
+    strides += [iteration_strides(o, shape, True, final, axes) for o in outs]
     order = _iteration_order(fields, len(shape), stage, axes, strides[0])
     binding = Binding(tensors[0].device.type, tuple(t.dtype for t in tensors), tuple(t.dim() for t in tensors),
                       after, len(shape), axes, coalesce(shape, axes, strides, order), tuple(f.dtype for f in fields),
-                      tuple(f.order for f in fields), torch.get_default_dtype())
+                      tuple(f.order for f in fields), torch.get_default_dtype(), late if then else ())
     return binding, fields
 
 

@@ -11,6 +11,7 @@ Every pipeline becomes exactly one kernel of one of three kinds:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +37,7 @@ class Slot:
     name: str
     dtype: torch.dtype
     after: bool  # read after the reduce/scan (or the output)
+    late: bool = False  # read after the reduce that follows a scan (or the output of such a fused pair)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,21 @@ class KernelPlan:
     compute_dtype: torch.dtype  # widest float compute dtype of the inputs (half types computed in float32)
     combined_dtypes: tuple[torch.dtype, ...] | None  # torch's dtype of each stream field just after the reduce/scan
     acc_dtypes: tuple[torch.dtype, ...] | None  # the compute dtype of each accumulator field (the values, for argmax)
+    # a scan fused with a reduce over the scanned axis after it: that reduce, the stages after it, its dtypes
+    then: Reduce | None = None
+    then_after: tuple[Stage, ...] = ()
+    then_combined_dtypes: tuple[torch.dtype, ...] | None = None
+    then_acc_dtypes: tuple[torch.dtype, ...] | None = None
+
+    def reduce_view(self) -> "KernelPlan":
+        """For a scan fused with a reduce: the plan seen from that reduce, which combines the scanned stream
+        (the stages up to the reduce are its ``before``; the inputs joining after it are its ``after`` ones)."""
+        at = len(self.before) + 1 + len(self.after)
+        inputs = tuple(dataclasses.replace(s, after=s.late, late=False) for s in self.inputs)
+        return dataclasses.replace(self, kind="reduce", inputs=inputs, before=self.pipeline.stages[:at],
+                                   combine=self.then, after=self.then_after,
+                                   combined_dtypes=self.then_combined_dtypes, acc_dtypes=self.then_acc_dtypes,
+                                   then=None, then_after=(), then_combined_dtypes=None, then_acc_dtypes=None)
 
     @property
     def width(self) -> int:
@@ -145,10 +162,12 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
     :func:`expand` and :func:`totalize`)."""
     pipeline = totalize(expand(pipeline))
     at, stage = combine_stage(pipeline)
-    inputs = tuple(Slot(f"in{i}", dtype, after) for i, (dtype, after)
-                   in enumerate(zip(binding.dtypes, binding.joins_after)))
+    then_at, then = combine_stage(pipeline, at + 1)
+    late = binding.joins_late or (False,) * len(binding.dtypes)
+    inputs = tuple(Slot(f"in{i}", dtype, after, lt) for i, (dtype, after, lt)
+                   in enumerate(zip(binding.dtypes, binding.joins_after, late)))
     names = ["out"] if len(binding.out_dtypes) == 1 else [f"out{k}" for k in range(len(binding.out_dtypes))]
-    outputs = tuple(Slot(name, dtype, True) for name, dtype in zip(names, binding.out_dtypes))
+    outputs = tuple(Slot(name, dtype, True, then is not None) for name, dtype in zip(names, binding.out_dtypes))
     kind = "map" if stage is None else ("reduce" if isinstance(stage, Reduce) else "scan")
     combined = combined_dtypes(pipeline, binding, at) if stage is not None else None
     acc = tuple(compute_dtype(c) for c in combined) if combined is not None else None
@@ -156,8 +175,16 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
         acc = (compute_dtype(_index_values_dtype(pipeline, binding, at)),)
     if stage is not None and stage.identity is not None:
         _check_identity_fits(stage, acc)
+    fused = {}
+    if then is not None:
+        then_combined = combined_dtypes(pipeline, binding, then_at)
+        then_acc = tuple(compute_dtype(c) for c in then_combined)
+        if then.identity is not None:
+            _check_identity_fits(then, then_acc)
+        fused = dict(then=then, then_after=pipeline.stages[then_at + 1:], then_combined_dtypes=then_combined,
+                     then_acc_dtypes=then_acc)
     return KernelPlan(kind, pipeline, binding, inputs, outputs, field_inputs(pipeline), pipeline.stages[:at], stage,
-                      pipeline.stages[at + 1:], _compute_dtype(binding.dtypes), combined, acc)
+                      pipeline.stages[at + 1:then_at], _compute_dtype(binding.dtypes), combined, acc, **fused)
 
 
 def _group_kind(p: KernelPlan, g: Group) -> str:
@@ -187,4 +214,8 @@ def describe(p: KernelPlan) -> str:
                          "its partials in order")
     if p.after:
         lines.append("  after: " + " | ".join(stage_text(s) for s in p.after))
+    if p.then is not None:
+        lines.append(f"  then, in the same loop: {stage_text(p.then)} over the scanned axis")
+        if p.then_after:
+            lines.append("  after that: " + " | ".join(stage_text(s) for s in p.then_after))
     return "\n".join(lines)

@@ -137,7 +137,7 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
     cannot compile: a user operator without identity=, a non-commuting reduce operator, or more than one reduce
     or scan.
     """
-    combines = 0
+    combines: list[Stage] = []
     widths = [0] + stream_widths(pipeline.stages)
     for i, stage in enumerate(pipeline.stages):
         if isinstance(stage, (Map, ZipWith)):
@@ -145,10 +145,12 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
             continue
         kind = "reduce" if isinstance(stage, Reduce) else "scan"
         _check_operator(stage, kind, widths[i])
-        combines += 1
-        if combines > 1:
-            raise UnsupportedError(f"this {kind} is the pipeline's second reduce or scan; one pipeline holds at "
-                                   "most one for now. Split it into two pipelines", stage.location)
+        combines.append(stage)
+        scan_then_reduce = len(combines) == 2 and isinstance(combines[0], Scan) and isinstance(stage, Reduce)
+        if len(combines) > 1 and not scan_then_reduce:
+            raise UnsupportedError(f"this {kind} is the pipeline's second reduce or scan; one pipeline holds one, "
+                                   "or a scan and then a reduce over the scanned axis. Split it into two pipelines",
+                                   stage.location)
     return pipeline
 
 
