@@ -1,6 +1,7 @@
 """Findings of hostile testing, each kept as a test of the whole kind of fault it stood for."""
 import pytest
 import torch
+import triton
 
 import tricomb as tc
 from tricomb.testing import assert_matches_torch
@@ -219,7 +220,7 @@ def test_env_keys_must_be_names():
 
 
 def test_env_function_returning_a_list_points_at_the_function():
-    bad = lambda v: [v]  # noqa: E731 - returns-a-list-here
+    bad = lambda v: "v"  # noqa: E731 - returns a string (a list of values is taken as a tuple)
     with pytest.raises(tc.TraceError, match="returned something else") as info:
         tc.parse("map bad", env={"bad": bad})
     assert info.value.location.file == __file__
@@ -320,3 +321,60 @@ def test_wrapped_narrow_integers_stay_wrapped_when_widened(dtype, device):
     wrapping = tc.scan(lambda a, b: a + b - 1, identity=1) >> tc.zip_with(tc.add)  # no builtin: stays in dtype
     want = (torch.cumsum(x.to(torch.int64), 0) - torch.arange(8)).to(dtype) + y
     assert torch.equal(wrapping(xd, yd).cpu(), want)
+
+
+def test_nanmean_of_half_types_divides_by_an_unrounded_count(device):
+    """Found by the hostile review: the count rounded to float16 overflowed (70000 -> inf, the mean 0) and to
+    bfloat16 lost the last ulp (1500 -> 1504). The count is now accumulated and divided in float32, like mean's:
+    the exact mean, rounded once. (torch's own float16 nanmean gives inf here; torch.mean and the float64
+    reference give 1.)"""
+    assert tc.nanmean()(torch.ones(70000, dtype=torch.float16, device=device)).item() == 1.0
+    assert tc.nanmean(axis=1)(torch.ones(1, 1500, dtype=torch.bfloat16, device=device)).tolist() == [1.0]
+
+
+def test_identities_outside_the_integers_and_bool_identities_are_checked_on_their_own_domain(device):
+    """Found by the hostile review: finfo.max as a min's identity crashed the integer sample with OverflowError,
+    and a bool identity was tried on floats. A whole-number identity past int64 is checked on floats only; a bool
+    field is checked on bools."""
+    big = torch.finfo(torch.float32).max
+    x = torch.randn(3, 9, device=device)
+    got = tc.reduce(lambda a, b: tc.minimum(a, b) * 1, identity=big, axis=1)(x)
+    assert torch.equal(got.cpu(), x.cpu().amin(1))
+    pairs = tc.zip_with(lambda a, b: (a, b))
+    either_and_both = pairs >> tc.reduce(lambda a1, b1, a2, b2: (tc.logical_or(a1, a2), tc.logical_and(b1, b2)),
+                                         identity=(False, True), axis=0)
+    flags = torch.tensor([[True, False], [False, False]], device=device)
+    some, every = either_and_both(flags, flags)
+    assert some.tolist() == [True, False] and every.tolist() == [False, False]
+    with pytest.raises(tc.LawError, match="or leave identity= out"):
+        tc.reduce(lambda a, b: a + b, identity=1.0)
+
+
+def test_tuple_fields_of_different_shapes_are_broadcast_before_the_combine(device):
+    """Found by the hostile review: one decay per column, (5, 8) values with (8,) decays, was refused with a
+    message about result shapes. The operator combines the fields element by element, so they broadcast."""
+    v, d = torch.randn(5, 8, device=device), torch.rand(8, device=device)
+    linear = tc.zip_with(lambda a, b: (a, b)) >> tc.scan(lambda v1, d1, v2, d2: (v1 * d2 + v2, d1 * d2), axis=0,
+                                                        identity=(0.0, 1.0))
+    h, decay = linear(v, d)
+    assert h.shape == decay.shape == (5, 8)
+    assert_matches_torch(linear, v, d)
+    sums = tc.zip_with(lambda a, b: (a, b)) >> tc.reduce(lambda s1, c1, s2, c2: (s1 + s2, c1 + c2), axis=1,
+                                                        identity=(0.0, 0.0))
+    assert_matches_torch(sums, v, d.reshape(1, 8))
+
+
+@triton.jit
+def _linear_pairs(v1, d1, v2, d2):
+    return v1 * d2 + v2, d1 * d2
+
+
+def test_a_jit_tuple_operator_and_a_list_of_fields(device):
+    """Found by the hostile review: a @triton.jit operator returning a tuple was reported as returning one value,
+    and a lambda returning a list failed with internal reprs. A list of fields is a tuple; a @triton.jit function
+    stands for one value, and the message says to use a def or lambda."""
+    with pytest.raises(tc.UnsupportedError, match="must be a Python def or lambda returning the fields"):
+        tc.zip_with(lambda a, b: (a, b)) >> tc.scan(_linear_pairs, identity=(0.0, 1.0))
+    x = torch.randn(6, device=device)
+    total, product = tc.zip_with(lambda a, b: [a + b, a * b])(x, x)
+    assert torch.equal(total.cpu(), (x + x).cpu()) and torch.equal(product.cpu(), (x * x).cpu())

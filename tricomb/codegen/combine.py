@@ -92,7 +92,7 @@ def _to_accumulator(ctx: ScalarContext, p: KernelPlan, value: Value, j: int = 0)
         ctx.use_helpers(["tc_nan_to"])
     if wanted is not None and wanted != value.dtype:
         integral = not wanted.is_floating_point and wanted != torch.bool
-        text = to_integer(text, value.dtype, wanted) if integral else to_storage(ctx, text, wanted, value.dtype)
+        text = to_integer(ctx, text, value.dtype, wanted) if integral else to_storage(ctx, text, wanted, value.dtype)
     return f"{text}.to({_acc(p, j)})"
 
 

@@ -127,7 +127,7 @@ def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | 
     held = held_dtype(value.dtype)
     if dtype in _WIDER and value.dtype != dtype:
         # to the op's dtype first, wrapping as torch converts (int16 128 -> int8 -128)
-        text, held = to_integer(text, value.dtype, dtype), held_dtype(dtype)
+        text, held = to_integer(ctx, text, value.dtype, dtype), held_dtype(dtype)
     if held == target:
         return text
     return f"{text}.to({tl_dtype(target)})"  # (then widening an integer is exact)
@@ -144,18 +144,20 @@ def arith_dtype(dtype: torch.dtype) -> torch.dtype:
     return _WIDER.get(dtype, compute_dtype(dtype))
 
 
-def _wrap(text: str, dtype: torch.dtype, computed_in: torch.dtype) -> str:
+def _wrap(ctx: "ScalarContext", text: str, dtype: torch.dtype, computed_in: torch.dtype) -> str:
     """``text``, computed in the wider integer ``computed_in``, wrapped into ``dtype``'s range as two's complement
-    arithmetic wraps (with well-defined bitwise operations) and held in ``held_dtype(dtype)``."""
+    arithmetic wraps and held in ``held_dtype(dtype)``: int32 with bitwise arithmetic (then an exact conversion);
+    int8, int16 and uint8 with the helpers ``tc_wrap_*`` (see :mod:`tricomb.scalar.dtypes` for why)."""
+    if dtype in NARROW_INTEGERS:
+        ctx.use_helpers([f"tc_wrap_{str(dtype)[6:]}"])
+        low = text if computed_in == torch.int32 else f"({text}).to(tl.int32)"  # (keeps the low bits)
+        return f"tc_wrap_{str(dtype)[6:]}({low})"
     bits = torch.iinfo(dtype).bits
     half = 2 ** (bits - 1)
-    wrapped = f"(({text}) & {2**bits - 1})" if dtype == torch.uint8 else \
-        f"(((({text}) + {half}) & {2**bits - 1}) - {half})"
-    held = held_dtype(dtype)
-    return wrapped if held == computed_in else f"{wrapped}.to({tl_dtype(held)})"
+    return f"(((({text}) + {half}) & {2**bits - 1}) - {half}).to({tl_dtype(held_dtype(dtype))})"
 
 
-def to_integer(text: str, source: torch.dtype, dtype: torch.dtype) -> str:
+def to_integer(ctx: "ScalarContext", text: str, source: torch.dtype, dtype: torch.dtype) -> str:
     """``text``, a value of torch dtype ``source`` held in ``held_dtype(source)``, converted to the integer or bool
     ``dtype`` as torch converts (wrapping; a float is truncated through int64 first) and held in
     ``held_dtype(dtype)``. A narrow integer is wrapped with bitwise arithmetic in the wider type, never by a
@@ -163,8 +165,8 @@ def to_integer(text: str, source: torch.dtype, dtype: torch.dtype) -> str:
     if dtype not in NARROW_INTEGERS or source == torch.bool:
         return f"{text}.to({tl_dtype(held_dtype(dtype))})"
     if source.is_floating_point:
-        return _wrap(f"{text}.to(tl.int64)", dtype, torch.int64)
-    return _wrap(text, dtype, held_dtype(source))
+        return _wrap(ctx, f"{text}.to(tl.int64)", dtype, torch.int64)
+    return _wrap(ctx, text, dtype, held_dtype(source))
 
 
 def _wrapped(value, target: torch.dtype):
@@ -230,7 +232,7 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
     result = ctx.names.fresh("t")
     rendered = _render(ctx, expr, texts, dtype)
     if dtype in _WIDER:
-        rendered = _wrap(rendered, dtype, arith_dtype(dtype))
+        rendered = _wrap(ctx, rendered, dtype, arith_dtype(dtype))
     elif not dtype.is_floating_point:
         rendered = f"({rendered}).to({tl_dtype(held_dtype(dtype))})"
     w.line(f"{result} = {rendered}")

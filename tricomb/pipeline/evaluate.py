@@ -79,7 +79,9 @@ def reduce_tensor(stage: Reduce, x: torch.Tensor) -> torch.Tensor:
 
 
 def reduce_fields(stage: Reduce, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """torch's result for ``stage`` applied to the stream fields ``xs`` (one per field of its operator)."""
+    """torch's result for ``stage`` applied to the stream fields ``xs`` (one per field of its operator; fields of
+    different shapes are broadcast together first, as the operator combines them element by element)."""
+    xs = list(torch.broadcast_tensors(*xs)) if len(xs) > 1 else xs
     x = xs[0]
     dims = iteration_axes(stage, x.dim())
     if stage.mean:
@@ -121,7 +123,9 @@ def scan_tensor(stage: Scan, x: torch.Tensor) -> torch.Tensor:
 
 
 def scan_fields(stage: Scan, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """torch's result for ``stage`` applied to the stream fields ``xs`` (one per field of its operator)."""
+    """torch's result for ``stage`` applied to the stream fields ``xs`` (one per field of its operator, broadcast
+    together first)."""
+    xs = list(torch.broadcast_tensors(*xs)) if len(xs) > 1 else xs
     xs = [_converted(x, stage.dtype) for x in xs]
     if xs[0].dim() == 0:
         return [o.reshape(()) for o in _scan_along(stage, [x.reshape(1) for x in xs], 0)]

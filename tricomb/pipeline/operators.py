@@ -61,17 +61,23 @@ def _differ(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return ~(same | both_nan)
 
 
-def _samples(width: int) -> list[tuple[list, list, list]]:
+def _samples(width: int, bools: tuple[bool, ...] = ()) -> list[tuple[list, list, list]]:
     """Floats near 0 and of magnitudes up to 1e3 (a saturating operator shows itself only past its threshold),
-    and small integers: three operands of ``width`` fields each."""
+    and small integers: three operands of ``width`` fields each. A field whose identity is a bool (``bools``)
+    holds random bools instead: its operator works on truth values."""
     gen = torch.Generator().manual_seed(20261129)
     scale = torch.tensor([2.0, 30.0, 1000.0], dtype=torch.float64).repeat_interleave(_SAMPLE // 2)
+    bools = bools or (False,) * width
+
+    def truth():
+        return torch.rand(scale.numel(), generator=gen) < 0.5
 
     def floats():
-        return [(torch.rand(scale.numel(), generator=gen, dtype=torch.float64) * 2 - 1) * scale for _ in range(width)]
+        return [truth() if b else (torch.rand(scale.numel(), generator=gen, dtype=torch.float64) * 2 - 1) * scale
+                for b in bools]
 
     def ints():
-        return [torch.randint(-5, 6, (_SAMPLE,), generator=gen) for _ in range(width)]
+        return [truth() if b else torch.randint(-5, 6, (_SAMPLE,), generator=gen) for b in bools]
 
     return [(floats(), floats(), floats()), (ints(), ints(), ints())]
 
@@ -113,7 +119,8 @@ def check_laws(op, identity=None, name: str | None = None, location=None) -> Law
         raise LawError(f"identity={identity!r} has {len(identities(identity))} field(s) but operator "
                        f"{name or fn.name!r} combines {width}-tuples; give one value per field", location)
     commutative = True
-    for a, b, c in _samples(width):
+    bools = tuple(isinstance(v, bool) for v in identities(identity)) if identity is not None else ()
+    for a, b, c in _samples(width, bools):
         left = _apply(fn, _apply(fn, a, b), c)
         right = _apply(fn, a, _apply(fn, b, c))
         i = _first_difference(left, right)
@@ -131,8 +138,10 @@ def check_laws(op, identity=None, name: str | None = None, location=None) -> Law
 
 
 def _integral(values: tuple) -> bool:
-    return all(isinstance(v, bool) or (isinstance(v, (int, float)) and (abs(v) == float("inf") or
-                                                                       float(v).is_integer())) for v in values)
+    """Whether an identity also fits the integer sample: whole numbers within int64 (a float such as
+    finfo(float32).max is a float-only identity), or infinities (an integer dtype's extremes)."""
+    return all(isinstance(v, bool) or (isinstance(v, (int, float)) and (
+        abs(v) == float("inf") or (float(v).is_integer() and abs(v) < 2**62))) for v in values)
 
 
 def _check_identity(fn: Function, identity: tuple, a: list, name, location) -> None:
@@ -142,7 +151,8 @@ def _check_identity(fn: Function, identity: tuple, a: list, name, location) -> N
     if _first_difference(_apply(fn, e, e), e) is not None:
         raise LawError(f"identity={shown!r} op identity is {_text(_apply(fn, e, e), 0)}, not the identity, for "
                        f"operator {name or fn.name!r}; masked lanes combine the identity with itself, so the "
-                       "operator must give it back (guard the formula with tc.where)", location)
+                       "operator must give it back (guard the formula with tc.where), or leave identity= out: "
+                       "tricomb then pads with a validity flag", location)
     for left, right in ((e, a), (a, e)):
         got = _apply(fn, left, right)
         i = _first_difference(got, a)
@@ -150,7 +160,7 @@ def _check_identity(fn: Function, identity: tuple, a: list, name, location) -> N
             raise LawError(f"identity={shown!r} is not an identity of operator {name or fn.name!r}: with "
                            f"x={_text(a, i)}, {'e op x' if left is e else 'x op e'} = {_text(got, i)}, not x. Give "
                            "the value e with e op x == x op e == x (0 for a sum, 1 for a product, -inf for a "
-                           "maximum); an operator without one is not supported yet", location)
+                           "maximum), or leave identity= out: tricomb then pads with a validity flag", location)
 
 
 def fold_reduce(fn: Function, identity, xs: list, dims: tuple[int, ...]) -> list[torch.Tensor]:

@@ -11,7 +11,7 @@ import torch
 
 from ..errors import ArityError, AxisError, DTypeError, UnsupportedError
 from ..scalar.builtins import OPS, OpSpec
-from ..scalar.ir import Arg, Call, Function
+from ..scalar.ir import Arg, Call, Function, JitCall
 from .operators import Laws, check_laws
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
 from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith, stream_widths
@@ -46,6 +46,11 @@ def _check_user_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
     :mod:`tricomb.lower.totalize`); a reduce's must also commute, since its lanes are combined out of order."""
     op = stage.op
     k = len(op.outputs)
+    if k == 1 and isinstance(op.outputs[0], JitCall) and op.arity > 2:
+        raise UnsupportedError(f"{kind}'s operator {op.name!r} is a @triton.jit function of {op.arity} arguments; "
+                               "tricomb takes a @triton.jit function as one value, so an operator on tuples must be "
+                               "a Python def or lambda returning the fields (it may call @triton.jit functions)",
+                               stage.location)
     if op.arity != 2 * k:
         raise ArityError(f"{kind}'s operator {op.name!r} takes {op.arity} arguments and returns {k} value(s); an "
                          "operator combines two k-tuples into one, so it takes 2k arguments (the left tuple's "

@@ -252,6 +252,23 @@ def tc_cum{kind}_step(av, ai, bv, bi):
     take_b = ((bv {op}= av) | (bv != bv)) & (bi >= 0)
     return tl.where(take_b, bv, av), tl.where(take_b, bi, ai)
 '''
+_WRAP = '''
+@triton.jit
+def tc_wrap_{name}(x):
+    # x (int32) wrapped into {name}'s range, held in int32. Compiled, one PTX bit-field extract, which LLVM cannot
+    # narrow into 16-bit arithmetic (on the H200 ptxas drops the wrap of neg.s16/abs.s16 before a widening)
+    if TC_COMPILED:
+        r = tl.inline_asm_elementwise("bfe.{sign}32 $0, $1, 0, {bits};", "=r,r", [x], dtype=tl.int32, is_pure=True,
+                                      pack=1)
+    else:
+        r = {formula}
+    return r
+'''
+for _name, _sign, _bits, _formula in (("int8", "s", 8, "((x + 128) & 255) - 128"),
+                                       ("int16", "s", 16, "((x + 32768) & 65535) - 32768"),
+                                       ("uint8", "u", 8, "x & 255")):
+    HELPERS[f"tc_wrap_{_name}"] = (_WRAP.format(name=_name, sign=_sign, bits=_bits, formula=_formula),
+                                   ("tc_compiled",))
 for _kind, _better, _op in (("max", "larger", ">"), ("min", "smaller", "<")):
     HELPERS[f"tc_arg{_kind}_step"] = (_ARG_STEP.format(kind=_kind, better=_better, op=_op), ())
     HELPERS[f"tc_cum{_kind}_step"] = (_CUM_STEP.format(kind=_kind, better=_better, op=_op), ())

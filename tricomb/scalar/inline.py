@@ -100,8 +100,10 @@ class _Copier:
         self.code.names[id(py_fn)] = name
         node = _parse(py_fn)
         if top_level and any(isinstance(r.value, ast.Tuple) for r in ast.walk(node) if isinstance(r, ast.Return)):
-            raise UnsupportedError(f"@triton.jit function {py_fn.__name__!r} returns a tuple; tuple streams are not "
-                                   "supported yet: return one value", _location(py_fn))
+            raise UnsupportedError(f"@triton.jit function {py_fn.__name__!r} returns a tuple, which tricomb cannot "
+                                   "take apart; a @triton.jit function stands for one value. Return the fields "
+                                   "from a Python def or lambda instead (it may call @triton.jit functions for "
+                                   "each)", _location(py_fn))
         node.name = name
         _Rewriter(self, py_fn, _local_names(node)).visit(node)
         ast.fix_missing_locations(node)

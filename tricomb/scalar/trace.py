@@ -212,7 +212,7 @@ def _trace(fn, role: str, location: Location | None) -> Function:
         raise TraceError(f"tracing {role} {name!r} failed with {type(exc).__name__}: {exc}. Inside a scalar "
                          "function use Python operators and tricomb builtins (tc.exp, tc.where, ...) on its "
                          "arguments", where) from exc
-    results = result if isinstance(result, tuple) else (result,)
+    results = tuple(result) if isinstance(result, (tuple, list)) else (result,)  # a list of fields is a tuple
     if not results:
         raise TraceError(f"{role} {name!r} returned an empty tuple; return at least one value", where)
     try:

@@ -61,14 +61,18 @@ def _fold_as_sum(stage, t: torch.Tensor) -> torch.Tensor:
     return reduce_tensor(stage, t) if isinstance(stage, Reduce) else scan_tensor(stage, t)
 
 
-def _combine_scale(stage, value: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """The error scale after a reduce/scan: sums add magnitudes; max/min pass the chosen element's scale on;
-    products carry a relative error, so their scale is the result's own magnitude; a user operator's scale is
-    the sum of magnitudes (as if it were a sum)."""
+def _combine_scale(stage, value: torch.Tensor, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The error scale after a reduce/scan of ``x`` (whose elements have error scales ``scale``) giving ``value``:
+    sums add magnitudes; max/min pass the chosen element's scale on; products add their factors' relative errors
+    (a factor after a cancellation, 2 * x - 1 say, carries a large one), so their scale is the result's magnitude
+    times the summed relative scales (at least 1); a user operator's scale is the sum of magnitudes (as if it
+    were a sum)."""
     spec = operator_spec(stage.op)
     builtin = spec is not None and spec.identity is not None
     if builtin and spec.name == "mul":
-        return _magnitude(value)
+        size = _magnitude(x)
+        relative = torch.where(size > 0, scale / torch.where(size > 0, size, 1.0), torch.zeros_like(size))
+        return _magnitude(value) * _fold_as_sum(stage, relative).clamp_min(1.0)
     if builtin and spec.name == "add":
         stage = dataclasses.replace(stage, dtype=None)  # sums (and means) of the magnitudes, in float64
     else:
@@ -166,7 +170,8 @@ def _combine(stage, xs: list, scales: list, loose: list, compute: torch.dtype, r
     spread = functools.reduce(torch.logical_or, [_fold_as_sum(stage, m) > 0 for m in loose])
     if len(xs) == 1:
         summed = _fold_as_sum(stage, scales[0])
-        scale = torch.maximum(_magnitude(_combine_scale(stage, combined[0], scales[0])), _magnitude(combined[0]))
+        scale = torch.maximum(_magnitude(_combine_scale(stage, combined[0], xs[0], scales[0])),
+                              _magnitude(combined[0]))
         loose = spread | _order_dependent(stage, xs[0], summed, compute)
         # (cummax/cummin add a field: the positions, exact)
         return combined, [scale] + [torch.zeros(scale.shape)] * (len(combined) - 1), [loose] * len(combined)
