@@ -10,7 +10,7 @@ from .lower.fuse import KernelPlan, describe
 from .pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
 from .pipeline.printer import pipeline_text
 from .pipeline.shorthands import SHORTHANDS, Shorthand
-from .pipeline.verify import verify
+from .pipeline.verify import operator_spec, verify
 from .runtime import launch
 from .scalar.trace import BUILTINS, to_function
 
@@ -65,7 +65,12 @@ class Pipeline:
                            "tc.map(...) or tc.zip_with(...)", caller_location())
 
     def __call__(self, *inputs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return launch.run(self.ir, self._cache, inputs, out)
+        result = launch.run(self.ir, self._cache, inputs, out)
+        last = self.ir.stages[-1]
+        if isinstance(last, Scan) and last.index:  # cummax/cummin: torch's named (values, indices) pair
+            named = torch.return_types.cummax if operator_spec(last.op).name == "maximum" else torch.return_types.cummin
+            return named(result)
+        return result
 
     def source(self, *inputs: torch.Tensor) -> str:
         """The emitted module (Python source) for inputs like ``inputs``: it defines ``launch(*inputs)``."""
