@@ -10,6 +10,7 @@ from ._version import __version__
 from .api import (Pipeline, Plan, all, any, argmax, argmin, cummax, cummin, cumprod, cumsum, map, max, mean, min, nanmean, nansum, prod, reduce, scan,
                   sum, zip_with)
 from .dsl.parser import parse
+from . import library
 from .pipeline.operators import Laws, check_laws
 from .errors import (ArityError, AxisError, DeviceError, DTypeError, InlineError, Location, ParseError, StageError,
                      ShapeError, TraceError, TricombError, UnknownNameError, UnsupportedError, LawError)
@@ -20,5 +21,5 @@ globals().update(_BUILTINS)  # tc.exp, tc.add, tc.where, ...: one public name pe
 __all__ = ["Pipeline", "Plan", "map", "zip_with", "reduce", "scan", "sum", "prod", "max", "min", "mean", "nanmean", "nansum", "argmax", "argmin", "any", "all", "cumsum",
            "cumprod", "cummax", "cummin", "parse", "check_laws", "Laws", "TricombError", "ParseError", "UnknownNameError", "ArityError",
            "TraceError", "InlineError", "ShapeError", "AxisError", "DTypeError", "DeviceError", "UnsupportedError",
-           "StageError", "LawError",
+           "StageError", "LawError", "library",
            "Location", "__version__"] + sorted(_BUILTINS)

@@ -34,6 +34,19 @@ class Laws:
     commutative: bool
 
 
+_DECLARED: dict[tuple[Function, object], Laws] = {}
+
+
+def declare_laws(fn: Function, identity, laws: Laws) -> None:
+    """Register the laws of one of tricomb's own operators with its identity, proven rather than sampled
+    (:mod:`tricomb.library`); :func:`declared_laws` gives them back for that operator and identity only."""
+    _DECLARED[fn, identity] = laws
+
+
+def declared_laws(fn: Function, identity) -> Laws | None:
+    return _DECLARED.get((fn, identity))
+
+
 def _apply(fn: Function, a: list, b: list) -> list[torch.Tensor]:
     from .evaluate import evaluate_function
     try:

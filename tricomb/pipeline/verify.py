@@ -12,7 +12,7 @@ import torch
 from ..errors import ArityError, AxisError, DTypeError, UnsupportedError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.ir import Arg, Call, Function, JitCall
-from .operators import Laws, check_laws
+from .operators import Laws, check_laws, declared_laws
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
 from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith, stream_widths
 
@@ -37,7 +37,7 @@ def operator_identity(stage: Reduce | Scan):
 
 @functools.lru_cache(maxsize=256)
 def _laws(op: Function, identity, location) -> Laws:
-    return check_laws(op, identity, location=location)
+    return declared_laws(op, identity) or check_laws(op, identity, location=location)
 
 
 def _check_user_operator(stage: Reduce | Scan, kind: str, width: int) -> None:

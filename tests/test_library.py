@@ -1,0 +1,84 @@
+"""tricomb.library: named pipelines built only from combinators, each one kernel, against torch's functions."""
+import math
+
+import pytest
+import torch
+
+import tricomb as tc
+from tricomb.testing import assert_matches_torch, count_launches, schedule_overrides
+
+L = tc.library
+inf, nan = math.inf, math.nan
+
+
+def _one_launch(pipe, *inputs):
+    pipe(*inputs)
+    with count_launches() as launches:
+        result = pipe(*inputs)
+    assert launches.triton == 1 and launches.total == 1
+    return result
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("axis,keepdim", [(1, False), (0, True), (None, False), ((0, 1), True)])
+def test_var_and_std_as_torch(dtype, axis, keepdim, device):
+    """One pass of Welford merges; stable where the sum-of-squares formula cancels (mean 1000, spread 1)."""
+    x = (torch.randn(9, 130, dtype=torch.float64) + 1000.0).to(dtype).to(device)
+    dims = axis if axis is not None else (0, 1)
+    for correction in (1, 0):
+        want = torch.var(x.cpu().double(), dim=dims, keepdim=keepdim, correction=correction)
+        got = _one_launch(L.var(axis=axis, keepdim=keepdim, correction=correction), x)
+        assert got.dtype == dtype and got.shape == want.shape
+        tol = {torch.float16: 2e-2, torch.float32: 2e-4, torch.float64: 1e-9}[dtype]  # (mean 1000: kappa 1e6)
+        torch.testing.assert_close(got.cpu().double(), want, rtol=tol, atol=tol)
+        torch.testing.assert_close(L.std(axis=axis, keepdim=keepdim, correction=correction)(x).cpu().double(),
+                                   want.sqrt(), rtol=tol, atol=tol)
+
+
+def test_logsumexp_and_softmax_denominators_as_torch(device):
+    x = torch.randn(7, 300, device=device) * 20
+    got = _one_launch(L.logsumexp(axis=1), x)
+    torch.testing.assert_close(got.cpu(), torch.logsumexp(x.cpu(), 1))
+    edge = torch.tensor([[-inf, -inf, -inf], [inf, 1.0, 2.0], [nan, 1.0, 2.0], [1.0, -inf, 3.0]], device=device)
+    torch.testing.assert_close(L.logsumexp(axis=-1)(edge).cpu(), torch.logsumexp(edge.cpu(), -1), equal_nan=True)
+    with schedule_overrides(BLOCK_K=4, SPLIT=3):
+        m, s = L.softmax_denominators(axis=1, keepdim=True)(x)
+    torch.testing.assert_close(m.cpu(), x.cpu().amax(1, keepdim=True))
+    torch.testing.assert_close(s.cpu(), torch.exp(x.cpu() - m.cpu()).sum(1, keepdim=True))
+
+
+@pytest.mark.parametrize("order", [1, 2, inf, 3.5])
+def test_norm_as_torch(order, device):
+    x = torch.randn(5, 64, device=device)
+    got = L.norm(order, axis=1, keepdim=True)(x)
+    torch.testing.assert_close(got.cpu(), torch.linalg.vector_norm(x.cpu(), order, 1, keepdim=True))
+    with pytest.raises(ValueError, match="ord must be positive"):
+        L.norm(0)
+
+
+def test_linear_recurrence_and_ema_against_a_loop(device):
+    v, d = torch.randn(3, 200, device=device), torch.rand(3, 200, device=device)
+    h, decay = _one_launch(L.linear_recurrence(), v, d)
+    state, want = torch.zeros(3, dtype=torch.float64), []
+    for t in range(200):
+        state = d.cpu()[:, t].double() * state + v.cpu()[:, t].double()
+        want.append(state)
+    torch.testing.assert_close(h.cpu().double(), torch.stack(want, 1), rtol=1e-5, atol=1e-5)
+    assert_matches_torch(L.linear_recurrence(axis=0, reverse=True), v, d)
+    x = torch.randn(500, device=device)
+    y = _one_launch(L.ema(0.1), x)
+    state, want = 0.0, []
+    for value in x.cpu().tolist():
+        state = 0.1 * value + 0.9 * state
+        want.append(state)
+    torch.testing.assert_close(y.cpu().double(), torch.tensor(want, dtype=torch.float64), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"alpha must be in \(0, 1\]"):
+        L.ema(1.5)
+
+
+def test_library_operators_are_declared_not_sampled():
+    """The Welford merge is associative for the counts it meets (never negative); the sample of all reals makes
+    negative counts cancel to 0, so the law check would refuse it: its laws are declared, with their source."""
+    with pytest.raises(tc.LawError, match="not associative"):
+        tc.check_laws(L.WELFORD, (0.0, 0.0, 0.0))
+    assert L.var(axis=0) is not None  # built without sampling

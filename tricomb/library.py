@@ -1,0 +1,115 @@
+"""Named pipelines built only from combinators: ``tc.library.var(axis=-1)`` is a map, a reduce on triples and a
+map, compiled to one kernel like any pipeline the user writes.
+
+Their operators are proven associative (each docstring gives the source) and registered with their laws
+(:func:`tricomb.pipeline.operators.declare_laws`) instead of being sampled: the law check samples all reals,
+while a Welford merge is associative only for counts that are not negative.
+"""
+from __future__ import annotations
+
+from . import api
+from .pipeline.operators import Laws, declare_laws
+from .scalar.trace import BUILTINS, to_function
+
+exp, log, sqrt, abs_, where, maximum = (BUILTINS[n] for n in ("exp", "log", "sqrt", "abs", "where", "maximum"))
+_INF = float("inf")
+# A constant field is written where(x == x, c, x): c in x's dtype and shape, and NaN where x is NaN (x * 0.0 + c
+# would also be NaN for an infinite x).
+
+
+def _linear(v1, d1, v2, d2):
+    return v1 * d2 + v2, d1 * d2
+
+
+def _log_sum_exp(m1, s1, m2, s2):
+    m = maximum(m1, m2)
+    return m, where(m1 == m, s1, s1 * exp(m1 - m)) + where(m2 == m, s2, s2 * exp(m2 - m))
+
+
+def _welford(n1, mean1, m2_1, n2, mean2, m2_2):
+    n = n1 + n2
+    share = where(n == 0, 0.0, n2 / where(n == 0, 1.0, n))
+    delta = mean2 - mean1
+    return n, mean1 + delta * share, m2_1 + m2_2 + delta * delta * n1 * share
+
+
+LINEAR = to_function(_linear, role="the linear recurrence operator")
+LOG_SUM_EXP = to_function(_log_sum_exp, role="the log-sum-exp operator")
+WELFORD = to_function(_welford, role="the Welford merge")
+# (v, d) pairs compose affine maps h -> d * h + v: associative, not commutative (Blelloch 1990, section 1.4)
+declare_laws(LINEAR, (0.0, 1.0), Laws(True, False))
+# (max, sum of exp(x - max)): exp(a - m) * exp(m - M) = exp(a - M), so rescaling to the larger max is exact
+# algebra; associative and commutative (Milakov and Gimelshein, "Online normalizer calculation for softmax", 2018)
+declare_laws(LOG_SUM_EXP, (-_INF, 0.0), Laws(True, True))
+# Chan, Golub and LeVeque, "Algorithms for computing the sample variance", 1983: the pairwise merge of
+# (count, mean, sum of squared deviations) is associative and commutative for non-negative counts
+declare_laws(WELFORD, (0.0, 0.0, 0.0), Laws(True, True))
+
+
+def linear_recurrence(axis: int = -1, reverse: bool = False) -> api.Pipeline:
+    """``h[t] = d[t] * h[t-1] + v[t]`` along ``axis`` with ``h[-1] = 0`` (from the end with ``reverse``): a
+    pipeline of two inputs ``(v, d)`` of broadcastable shapes, returning ``(h, running product of d)``, each of
+    their broadcast shape and promoted dtype. A scan of (value, decay) pairs."""
+    return api.zip_with(lambda v, d: (v, d)) >> api.scan(LINEAR, axis=axis, reverse=reverse, identity=(0.0, 1.0))
+
+
+def ema(alpha: float, axis: int = -1) -> api.Pipeline:
+    """The exponential moving average ``y[t] = alpha * x[t] + (1 - alpha) * y[t-1]`` with ``y[-1] = 0``, along
+    ``axis`` of one input; the result has its shape and (float) dtype. Raises ValueError for ``alpha`` outside
+    (0, 1]."""
+    if not 0.0 < float(alpha) <= 1.0:
+        raise ValueError(f"ema's alpha must be in (0, 1], got {alpha!r}")
+    alpha = float(alpha)
+    return (api.map(lambda x: (alpha * x, where(x == x, 1.0 - alpha, x)))
+            >> api.scan(LINEAR, axis=axis, identity=(0.0, 1.0)) >> api.map(lambda y, decay: y))
+
+
+def softmax_denominators(axis=-1, keepdim: bool = False) -> api.Pipeline:
+    """Per row along ``axis``: ``(m, s)`` with ``m`` the largest element and ``s = sum(exp(x - m))``, in one pass
+    (the online normalizer: each partial sum is rescaled when a larger maximum arrives). ``softmax(x) =
+    exp(x - m) / s``. Float inputs; NaN propagates."""
+    return api.map(lambda x: (x, where(x == x, 1.0, x))) >> api.reduce(LOG_SUM_EXP, axis=axis, keepdim=keepdim,
+                                                               identity=(-_INF, 0.0))
+
+
+def logsumexp(axis=-1, keepdim: bool = False) -> api.Pipeline:
+    """``log(sum(exp(x)))`` along ``axis`` as torch.logsumexp, from :func:`softmax_denominators`: ``m + log(s)``
+    (an all ``-inf`` row gives ``-inf``; ``+inf`` gives ``+inf``)."""
+    return softmax_denominators(axis, keepdim) >> api.map(lambda m, s: where(s == 0.0, m, m + log(s)))
+
+
+def _moments(axis, keepdim: bool) -> api.Pipeline:
+    return api.map(lambda x: (where(x == x, 1.0, x), x, where(x == x, 0.0, x))) >> api.reduce(WELFORD, axis=axis, keepdim=keepdim,
+                                                                        identity=(0.0, 0.0, 0.0))
+
+
+def var(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
+    """The variance along ``axis`` as torch.var: the sum of squared deviations over ``count - correction``
+    (``correction=1``: the sample variance; 0: the population one), in one pass of Welford merges (Chan, Golub
+    and LeVeque 1983), stable where the sum-of-squares formula cancels. Float inputs."""
+    return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: m2 / (n - correction))
+
+
+def std(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
+    """The standard deviation along ``axis`` as torch.std: the square root of :func:`var`."""
+    return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: sqrt(m2 / (n - correction)))
+
+
+def norm(ord: float = 2.0, axis=None, keepdim: bool = False) -> api.Pipeline:  # noqa: A002 - torch's name
+    """The vector norm along ``axis`` as torch.linalg.vector_norm: ``ord`` 2 (the square root of the sum of
+    squares), 1 (the sum of magnitudes), ``inf`` (the largest magnitude) or any other positive number p
+    (``sum(|x| ** p) ** (1 / p)``). Float inputs. Raises ValueError for ``ord`` <= 0."""
+    ord = float(ord)
+    if ord == _INF:
+        return api.map(abs_) >> api.max(axis=axis, keepdim=keepdim)
+    if ord == 2.0:
+        return api.map(lambda x: x * x) >> api.sum(axis=axis, keepdim=keepdim) >> api.map(sqrt)
+    if ord == 1.0:
+        return api.map(abs_) >> api.sum(axis=axis, keepdim=keepdim)
+    if ord <= 0.0:
+        raise ValueError(f"norm's ord must be positive (or inf), got {ord!r}")
+    return (api.map(lambda x: abs_(x) ** ord) >> api.sum(axis=axis, keepdim=keepdim)
+            >> api.map(lambda s: s ** (1.0 / ord)))
+
+
+mean = api.mean
