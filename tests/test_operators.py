@@ -14,7 +14,7 @@ from conftest import DEVICES
 
 inf = float("inf")
 
-# (operator, identity): associative and commutative, with that identity
+# (operator, identity): associative, with that identity; the last two do not commute (reduced in order)
 ASSOCIATIVE = {
     "add": (lambda a, b: a + b, 0.0),
     "mul": (lambda a, b: a * b, 1.0),
@@ -22,6 +22,8 @@ ASSOCIATIVE = {
     "x+y+kxy": (lambda a, b: a + b + 0.25 * a * b, 0.0),  # (1 + kx)(1 + ky) = 1 + k(x o y)
     "logaddexp-by-hand": (lambda a, b: tc.where(tc.maximum(a, b) == -inf, -inf,
                                                 tc.maximum(a, b) + tc.log1p(tc.exp(-tc.abs(a - b)))), -inf),
+    "last-nonzero": (lambda a, b: tc.where(b != 0, b, a), 0.0),
+    "first": (lambda a, b: a, None),
 }
 NOT_ASSOCIATIVE = {
     "alpha*a+b": lambda a, b: 0.5 * a + b,
@@ -40,7 +42,7 @@ def test_associative_user_operators_match_the_sequential_fold(name, kind, rows, 
     """With its identity, or without (a validity flag then pads the tiles; no exclusive scan without one)."""
     op, identity = ASSOCIATIVE[name]
     identity = identity if with_identity else None
-    exclusive = exclusive and with_identity
+    exclusive = exclusive and identity is not None
     x = torch.rand(rows, cols, generator=torch.Generator().manual_seed(seed)) * 2 - 1
     if name == "mul":
         x = x * 0.5 + 1.0  # products in range
@@ -70,14 +72,14 @@ PAIR_OPERATORS = {
        tiny=st.booleans(), seed=st.integers(0, 2**16), with_identity=st.booleans())
 def test_pair_operators_match_the_sequential_fold(name, reduce, rows, cols, axis, reverse, exclusive, tiny, seed,
                                                   with_identity):
-    """Operators on pairs (4 arguments, 2 results), by reduce when they commute, else by scan, field by field
-    against the float64 sequential fold; with and without their identity."""
-    op, identity, commutes, draw = PAIR_OPERATORS[name]
+    """Operators on pairs (4 arguments, 2 results), by reduce (in order when they do not commute) or by scan,
+    field by field against the float64 sequential fold; with and without their identity."""
+    op, identity, _, draw = PAIR_OPERATORS[name]
     gen = torch.Generator().manual_seed(seed)
     fields = draw(torch.rand(rows, cols, generator=gen), torch.rand(rows, cols, generator=gen))
     identity = identity if with_identity else None
     pairs = tc.zip_with(lambda a, b: (a, b))
-    stage = tc.reduce(op, axis=axis, identity=identity) if reduce and commutes else \
+    stage = tc.reduce(op, axis=axis, identity=identity) if reduce else \
         tc.scan(op, axis=axis, reverse=reverse, exclusive=exclusive and with_identity, identity=identity)
     note(str(stage))
     tiles = {"BLOCK_M": 2, "BLOCK_K": 4, "SPLIT": 3} if tiny else {}
@@ -90,8 +92,6 @@ def test_a_non_associative_pair_operator_is_refused():
     with pytest.raises(tc.LawError, match=r"not associative: with a=\(.*, .*\), b="):
         tc.zip_with(lambda a, b: (a, b)) >> tc.scan(lambda v1, d1, v2, d2: (0.5 * v1 + v2, d1 * d2),
                                                     identity=(0.0, 1.0))
-    with pytest.raises(tc.UnsupportedError, match="does not commute"):
-        tc.reduce(PAIR_OPERATORS["linear-recurrence"][0], identity=(0.0, 1.0))
 
 
 @pytest.mark.parametrize("name", sorted(NOT_ASSOCIATIVE))
@@ -150,11 +150,23 @@ def _last_nonzero(a, b):
     return tc.where(b != 0, b, a)  # associative, identity 0, but b o a != a o b
 
 
-def test_a_reduce_needs_a_commuting_operator_and_a_scan_keeps_the_order(device):
+@pytest.mark.parametrize("tiles", [{}, {"BLOCK_M": 2, "BLOCK_K": 4}, {"BLOCK_K": 4, "SPLIT": 3}],
+                         ids=["heuristic", "tiny-tiles", "split-rows"])
+def test_an_operator_that_does_not_commute_is_reduced_in_order(tiles, device):
+    """Row-major order over the reduced axes, across tiles and across the programs sharing a row (their partials
+    combined in index order), for any layout: the last nonzero element, and the first element."""
     laws = tc.check_laws(_last_nonzero, 0.0)
     assert laws.associative and not laws.commutative
-    with pytest.raises(tc.UnsupportedError, match="does not commute"):
-        tc.reduce(_last_nonzero, identity=0.0)
+    x = torch.randn(5, 3, 41, device=device)
+    x[x.abs() < 0.5] = 0.0
+    t = x.transpose(0, 2)  # (41, 3, 5), reduced over axes 0 and 2 in row-major order
+    with schedule_overrides(**tiles):
+        assert_matches_torch(tc.reduce(_last_nonzero, axis=-1, identity=0.0), x)
+        assert_matches_torch(tc.reduce(_last_nonzero, axis=(0, 2), identity=0.0), t)
+        assert_matches_torch(tc.reduce(lambda a, b: a, axis=(0, 2)), t)
+
+
+def test_a_scan_keeps_the_order(device):
     x = torch.tensor([[0.0, 3.0, 0.0, 0.0, 5.0, 0.0, 7.0, 0.0]], device=device)
     with schedule_overrides(BLOCK_M=2, BLOCK_K=4):
         got = tc.scan(_last_nonzero, axis=1, identity=0.0)(x)

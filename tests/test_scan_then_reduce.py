@@ -115,3 +115,12 @@ def test_random_scan_then_reduce_match_torch(data):
         else:
             got = pipe(x.to(device))
             assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+
+
+def test_a_reduce_that_does_not_commute_after_a_scan_keeps_the_order(device):
+    x = torch.randn(3, 70, device=device)
+    with schedule_overrides(BLOCK_K=8):
+        first = (tc.cumsum(axis=1) >> tc.reduce(lambda a, b: a, axis=1))(x)
+        last = (tc.cumsum(axis=1) >> tc.reduce(lambda a, b: b, axis=1))(x)
+    assert torch.equal(first.cpu(), x.cpu()[:, 0])
+    torch.testing.assert_close(last.cpu(), x.cpu().sum(1), rtol=1e-5, atol=1e-5)

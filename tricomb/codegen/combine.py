@@ -113,6 +113,18 @@ def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, names: list[str
     return emit_stages(w, ctx, p, p.after, len(p.before) + 1, stream, values, shape)
 
 
+def _fold_in_order(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str], tiles: list[str], width: str,
+                   combine: str) -> None:
+    """For an operator that does not commute: ``accs`` (one value per row) combined with the tiles' elements in
+    order, as the tile's inclusive scan (which keeps the order) read at its last column."""
+    scanned = fields("in_order", p.width)
+    w.line(f"{', '.join(scanned)} = {tile_scan(p, _packed(tiles), 1, combine)}",
+           comment="in order: the operator does not commute")
+    ctx.use_helpers(["tc_last"])
+    lasts = [f"tc_last({s}, {width}).to({_acc(p, j)})" for j, s in enumerate(scanned)]
+    w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + lasts)})")
+
+
 def _reduce_tile(ctx: ScalarContext, p: KernelPlan, tiles: list[str], combine: str) -> str:
     """Fold the accumulator tiles (and ``<tile>_i``, the positions, for argmax/argmin) along axis 1."""
     if p.index:
@@ -137,8 +149,9 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
     rows = emit_offsets(w, "rows", kept, p.slots, "r")
+    shape = "[BLOCK_M]" if p.ordered else "[BLOCK_M, BLOCK_K]"
     for j, acc in enumerate(accs):
-        w.line(f"{acc} = tl.full([BLOCK_M, BLOCK_K], {_identity(p, j)}, {_acc(p, j)})")
+        w.line(f"{acc} = tl.full({shape}, {_identity(p, j)}, {_acc(p, j)})")
     if p.index:
         w.line(f"acc_i = tl.full([BLOCK_M, BLOCK_K], {_NO_INDEX}, tl.int64)")
     w.line("k_start = pid_k * CHUNK")
@@ -151,9 +164,17 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
         steps = _masked_fields(ctx, p, values, "mask")
         if p.index:
             w.line(f"acc, acc_i = {combine}(acc, acc_i, {steps[0]}, ks[None, :].to(tl.int64))")
+        elif p.ordered:
+            tiles = fields("step", p.width)
+            for tile, step in zip(tiles, steps):
+                w.line(f"{tile} = {step}")
+            _fold_in_order(w, ctx, p, accs, tiles, "BLOCK_K", combine)
         else:
             w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + steps)})")
-    w.line(f"{total} = {_reduce_tile(ctx, p, accs, combine)}")
+    if p.ordered:
+        w.line(f"{total} = {', '.join(accs)}")
+    else:
+        w.line(f"{total} = {_reduce_tile(ctx, p, accs, combine)}")
     with w.block("if TICKET:"):
         for buffer, value in zip(buffers, totals):
             w.line(f"tl.store({buffer} + rows * SPLIT + pid_k, {value}, mask=row_mask)")
@@ -171,7 +192,12 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
         if p.index:
             w.line(f'partial_i = tl.load(partial_index + part_at, mask=part_mask, other={_NO_INDEX}, '
                    'cache_modifier=".cg")')
-        w.line(f"{total} = {_reduce_tile(ctx, p, partials, combine)}")
+        if p.ordered:
+            for j, t in enumerate(totals):
+                w.line(f"{t} = tl.full([BLOCK_M], {_identity(p, j)}, {_acc(p, j)})")
+            _fold_in_order(w, ctx, p, totals, partials, "SPLIT_BLOCK", combine)
+        else:
+            w.line(f"{total} = {_reduce_tile(ctx, p, partials, combine)}")
         w.line("tl.atomic_xchg(tickets + pid_m, 0, mask=ticket == SPLIT - 1)")
     with w.block("else:"):
         w.line("keep = row_mask")
@@ -229,8 +255,9 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
         w.line(f"{carry} = tl.full([BLOCK_M], {_identity(p, j)}, {_acc(p, j)})")
     fused = p.reduce_view() if p.then is not None else None
     if fused is not None:
+        shape = "[BLOCK_M]" if fused.ordered else "[BLOCK_M, BLOCK_K]"
         for j, acc in enumerate(fields("acc", fused.width)):
-            w.line(f"{acc} = tl.full([BLOCK_M, BLOCK_K], {_identity(fused, j)}, {_acc(fused, j)})")
+            w.line(f"{acc} = tl.full({shape}, {_identity(fused, j)}, {_acc(fused, j)})")
     with w.block("for k0 in range(0, K, BLOCK_K):"):
         w.line("ks = k0 + tl.arange(0, BLOCK_K)")
         reads, ks, read_mask = _scan_positions(w, p, reduced)
@@ -257,9 +284,16 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
             return
         accs = fields("acc", fused.width)
         w.comment(f"stage {len(fused.before)}: {stage_text(fused.combine)}, in the same loop")
-        w.line(f"{', '.join(accs)} = {then}({', '.join(accs + _masked_fields(ctx, fused, value, 'mask'))})")
+        steps = _masked_fields(ctx, fused, value, "mask")
+        if fused.ordered:
+            tiles = fields("step", fused.width)
+            for tile, step in zip(tiles, steps):
+                w.line(f"{tile} = {step}")
+            _fold_in_order(w, ctx, fused, accs, tiles, "BLOCK_K", then)
+        else:
+            w.line(f"{', '.join(accs)} = {then}({', '.join(accs + steps)})")
     totals = fields("total", fused.width)
-    w.line(f"{', '.join(totals)} = {_reduce_tile(ctx, fused, accs, then)}")
+    w.line(f"{', '.join(totals)} = {', '.join(accs) if fused.ordered else _reduce_tile(ctx, fused, accs, then)}")
     if fused.combine.mean:
         w.line("total = total / K", comment="mean: divide by the number of elements combined")
     value = _after_combine(w, ctx, fused, totals, rows, "row_mask", "[BLOCK_M]")

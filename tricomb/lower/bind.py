@@ -21,7 +21,7 @@ import torch
 from ..errors import ArityError, DeviceError, DTypeError, ShapeError, TricombError, UnsupportedError
 from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.ir import PipelineIR, Reduce, Scan, new_inputs
-from ..pipeline.verify import check_callable, iteration_axes
+from ..pipeline.verify import check_callable, iteration_axes, operator_commutes
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
                     torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -211,7 +211,7 @@ def _iteration_order(fields: tuple[Field, ...], rank: int, stage, axes: tuple[in
     full = [f for f in fields if len(f.shape) == rank]
     if stage is None:
         return full[0].order if full else tuple(range(rank))
-    if isinstance(stage, Reduce) and not stage.index:
+    if isinstance(stage, Reduce) and not stage.index and operator_commutes(stage):
         kept = [d for d in range(rank) if d not in axes]
         return tuple(kept + sorted(axes, key=lambda d: (-abs(first[d]), d)))
     return tuple(range(rank))

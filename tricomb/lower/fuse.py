@@ -22,7 +22,7 @@ from ..pipeline.fields import field_inputs
 from ..pipeline.printer import stage_text as stage_name
 from ..pipeline.ir import PipelineIR, Reduce, Scan, Stage
 from ..pipeline.operators import identities
-from ..pipeline.verify import operator_identity, operator_spec
+from ..pipeline.verify import operator_commutes, operator_identity, operator_spec
 from ..scalar.builtins import OpSpec
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, Group, combine_stage, input_stages
@@ -61,6 +61,8 @@ class KernelPlan:
     then_after: tuple[Stage, ...] = ()
     then_combined_dtypes: tuple[torch.dtype, ...] | None = None
     then_acc_dtypes: tuple[torch.dtype, ...] | None = None
+    ordered: bool = False  # the plan's reduce (or the one fused after its scan) does not commute: row-major order
+
 
     def reduce_view(self) -> "KernelPlan":
         """For a scan fused with a reduce: the plan seen from that reduce, which combines the scanned stream
@@ -160,6 +162,8 @@ def _index_values_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torc
 def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
     """The kernel plan for ``pipeline`` on inputs of ``binding``'s layout class (after the rewrites
     :func:`expand` and :func:`totalize`)."""
+    ordered = [isinstance(s, Reduce) and not s.index and not operator_commutes(s)
+               for s in pipeline.stages if isinstance(s, (Reduce, Scan))]  # (before the rewrites add flags)
     pipeline = totalize(expand(pipeline))
     at, stage = combine_stage(pipeline)
     then_at, then = combine_stage(pipeline, at + 1)
@@ -184,7 +188,8 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
         fused = dict(then=then, then_after=pipeline.stages[then_at + 1:], then_combined_dtypes=then_combined,
                      then_acc_dtypes=then_acc)
     return KernelPlan(kind, pipeline, binding, inputs, outputs, field_inputs(pipeline), pipeline.stages[:at], stage,
-                      pipeline.stages[at + 1:then_at], _compute_dtype(binding.dtypes), combined, acc, **fused)
+                      pipeline.stages[at + 1:then_at], _compute_dtype(binding.dtypes), combined, acc, **fused,
+                      ordered=bool(ordered) and ordered[-1])
 
 
 def _group_kind(p: KernelPlan, g: Group) -> str:

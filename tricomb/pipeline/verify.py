@@ -43,7 +43,7 @@ def _laws(op: Function, identity, location) -> Laws:
 def _check_user_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
     """An operator that is not a builtin: 2k arguments and k results for a stream of k fields, associative (checked
     on a sample, with its identity when it has one: without one, tricomb adds a validity flag, see
-    :mod:`tricomb.lower.totalize`); a reduce's must also commute, since its lanes are combined out of order."""
+    :mod:`tricomb.lower.totalize`). One that does not commute is combined in order (:func:`operator_commutes`)."""
     op = stage.op
     k = len(op.outputs)
     if k == 1 and isinstance(op.outputs[0], JitCall) and op.arity > 2:
@@ -67,11 +67,16 @@ def _check_user_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
     if stage.dtype is not None or (isinstance(stage, Reduce) and (stage.mean or stage.index or stage.skip_nan)):
         raise UnsupportedError(f"dtype=, mean, argmax and nansum take builtin operators, not {op.name!r}",
                                stage.location)
-    laws = _laws(op, stage.identity, stage.location)
-    if isinstance(stage, Reduce) and not laws.commutative:
-        raise UnsupportedError(f"reduce's operator {op.name!r} does not commute (a op b != b op a on a sample); a "
-                               "reduce combines lanes out of order, so it needs a commutative operator. A scan keeps "
-                               "the order: take the last element of a scan instead", stage.location)
+    _laws(op, stage.identity, stage.location)
+
+
+def operator_commutes(stage: Reduce | Scan) -> bool:
+    """Whether the stage's operator commutes (builtins do; a user operator as its laws say). A reduce with one
+    that does not is combined in order: element by element in row-major order over the reduced axes."""
+    spec = operator_spec(stage.op)
+    if spec is not None and spec.identity is not None:
+        return True
+    return _laws(stage.op, stage.identity, stage.location).commutative
 
 
 def _check_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
