@@ -12,6 +12,7 @@ from .pipeline.printer import pipeline_text
 from .pipeline.shorthands import SHORTHANDS, Shorthand
 from .pipeline.verify import operator_spec, verify
 from .runtime import launch
+from .scalar.ir import Arg, Call, Function
 from .scalar.trace import BUILTINS, to_function
 
 
@@ -203,6 +204,41 @@ def scan(op, axis: int = -1, reverse: bool = False, exclusive: bool = False, dty
     ``dtype`` as torch.cumsum's (add and mul only). ``op`` and ``identity`` as for :func:`reduce`; a scan keeps
     the order of its operands, so its operator need not commute. The result has the stream's shape."""
     return build_scan(op, axis, caller_location(), dtype, reverse, exclusive, identity)
+
+
+def fanout(*reduces: Pipeline) -> Pipeline:
+    """``fanout(tc.sum(axis=1), tc.max(axis=1), ...)``: several reductions of one input in one pass, one kernel,
+    returning a tuple with one tensor per reduction, each torch's (a sum of int32 is int64, a max keeps the dtype).
+
+    Each argument is a reduce stage with a builtin operator (``sum``, ``prod``, ``max``, ``min``, ``any``,
+    ``all``, or ``tc.reduce(builtin)``), all over the same ``axis`` and ``keepdim``, without ``dtype=``. It is the
+    reduce of an operator on k-tuples that applies each builtin to its own field, after a map copying the
+    input into every field. Raises :class:`TricombError` for anything else, naming the argument.
+    """
+    where = caller_location()
+    if len(reduces) < 2:
+        raise TricombError(f"fanout takes two or more reduce stages, got {len(reduces)}", where)
+    stages = []
+    for k, pipe in enumerate(reduces):
+        stage = pipe.ir.stages[0] if isinstance(pipe, Pipeline) and len(pipe.ir.stages) == 1 else None
+        spec = operator_spec(stage.op) if isinstance(stage, Reduce) else None
+        if spec is None or spec.identity is None or stage.mean or stage.index or stage.skip_nan or stage.dtype:
+            raise TricombError(f"fanout's argument {k} ({pipe}) is not a reduce stage with a builtin operator and no "
+                               "dtype=; pass sum, prod, max, min, any, all or tc.reduce(builtin) stages (for a mean, "
+                               "fan out the sum and divide after)", where)
+        if stages and (stage.axis, stage.keepdim) != (stages[0].axis, stages[0].keepdim):
+            raise TricombError(f"fanout's argument {k} reduces axis={stage.axis}, keepdim={stage.keepdim}, but "
+                               f"argument 0 axis={stages[0].axis}, keepdim={stages[0].keepdim}; one pass reduces "
+                               "the same axes", where)
+        stages.append(stage)
+    n = len(stages)
+    specs = [operator_spec(s.op) for s in stages]
+    op = Function(2 * n, tuple(Call(spec.name, (Arg(j), Arg(n + j))) for j, spec in enumerate(specs)), "fanout",
+                  where)
+    copies = Function(1, (Arg(0),) * n, "copies")
+    reduce_ = Reduce(op, stages[0].axis, stages[0].keepdim, identity=tuple(spec.identity for spec in specs),
+                     location=where)
+    return Pipeline(PipelineIR((Map(copies, where), reduce_)))
 
 
 def _no_other_arguments(name: str, allowed: str, extra: dict) -> None:

@@ -16,7 +16,7 @@ from ..scalar.dtypes import typed_identity
 from ..scalar.ir import Function, JitCall, fold
 from .ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from .operators import fold_reduce, fold_scan, identities
-from .verify import iteration_axes, operator_identity, operator_spec
+from .verify import builtin_parts, iteration_axes, operator_identity, operator_spec
 
 OpHook = Callable[[torch.Tensor], torch.Tensor]
 
@@ -135,9 +135,10 @@ def scan_fields(stage: Scan, xs: list[torch.Tensor]) -> list[torch.Tensor]:
 def _references(stage: Reduce | Scan):
     """torch's reduce and scan for the stage's operator, on lists of fields: the builtin's own ops, or a user
     operator's sequential fold, each field in the dtype the operator gives for two stream values."""
-    spec = operator_spec(stage.op)
-    if spec is not None and spec.identity is not None:
-        return (lambda xs, dims: [spec.reduce_ref(xs[0], dims)], lambda xs, axis: [spec.scan_ref(xs[0], axis)])
+    parts = builtin_parts(stage.op)  # a builtin, or a builtin per field (fanout): torch's own reductions
+    if parts is not None:
+        return (lambda xs, dims: [p.reduce_ref(x, dims) for p, x in zip(parts, xs)],
+                lambda xs, axis: [p.scan_ref(x, axis) for p, x in zip(parts, xs)])
     fn, identity = stage.op, stage.identity
 
     def in_dtypes(xs: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -27,6 +27,22 @@ def operator_spec(op: Function) -> OpSpec | None:
     return None
 
 
+def builtin_parts(op: Function) -> tuple[OpSpec, ...] | None:
+    """For an operator on k-tuples that applies a builtin operator to each field on its own (field j of the
+    result is ``op_j(left_j, right_j)``, as :func:`tricomb.fanout` builds): those builtins; else None."""
+    k = len(op.outputs)
+    if op.arity != 2 * k:
+        return None
+    parts = []
+    for j, out in enumerate(op.outputs):
+        spec = OPS.get(out.op) if isinstance(out, Call) else None
+        if spec is None or spec.identity is None or not (
+                out.args == (Arg(j), Arg(k + j)) or (spec.commutative and out.args == (Arg(k + j), Arg(j)))):
+            return None
+        parts.append(spec)
+    return tuple(parts)
+
+
 def operator_identity(stage: Reduce | Scan):
     """The identity of the stage's operator: the one given (``identity=``), else the builtin's."""
     if stage.identity is not None:
@@ -37,6 +53,9 @@ def operator_identity(stage: Reduce | Scan):
 
 @functools.lru_cache(maxsize=256)
 def _laws(op: Function, identity, location) -> Laws:
+    parts = builtin_parts(op)
+    if parts is not None and identity == tuple(p.identity for p in parts):  # builtins per field: their own laws
+        return Laws(True, all(p.commutative for p in parts))
     return declared_laws(op, identity) or check_laws(op, identity, location=location)
 
 
