@@ -79,8 +79,8 @@ def logsumexp(axis=-1, keepdim: bool = False) -> api.Pipeline:
 
 
 def _moments(axis, keepdim: bool) -> api.Pipeline:
-    return api.map(lambda x: (where(x == x, 1.0, x), x, where(x == x, 0.0, x))) >> api.reduce(WELFORD, axis=axis, keepdim=keepdim,
-                                                                        identity=(0.0, 0.0, 0.0))
+    triples = api.map(lambda x: (where(x == x, 1.0, x), x, where(x == x, 0.0, x)))  # (count, mean, deviations)
+    return triples >> api.reduce(WELFORD, axis=axis, keepdim=keepdim, identity=(0.0, 0.0, 0.0))
 
 
 def var(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:

@@ -2,11 +2,13 @@
 
 A user operator is a scalar function of two arguments (a Python lambda or def over builtins, or a
 ``@triton.jit`` function) with an ``identity=``; an operator on k-tuples takes 2k arguments (the left tuple's
-fields, then the right's), returns k values and has a k-tuple identity. Values below are lists of k tensors. Before any plan uses it, :func:`check_laws` evaluates it with
-torch on a seeded random sample of floats and of small integers: an operator that is clearly not associative is
+fields, then the right's), returns k values and has a k-tuple identity. Values below are lists of k tensors.
+Before any plan uses it, :func:`check_laws` evaluates it with torch on a seeded random sample of floats and of
+small integers (bools for a field whose identity is a bool): an operator that is clearly not associative is
 refused (a kernel combines in a tree, so the order of combination is not the sequential one), and whether it
-commutes decides whether a reduce may combine lanes out of order. Float rounding alone never trips the check:
-results are compared with a tolerance of 1e-6 relative to their size, in float64.
+commutes decides whether a reduce may combine lanes out of order (else it combines them in order). Float rounding
+alone never trips the check: results are compared with a tolerance of 1e-6 relative to their size, in float64.
+tricomb's own operators (:mod:`tricomb.library`) declare their laws instead (:func:`declare_laws`).
 
 The torch meaning of a reduce or scan with a user operator is the sequential fold, in the combined dtype.
 """
