@@ -1,6 +1,7 @@
 """Faults other libraries shipped (../shared/CASES.md), as tests holding torch's value, dtype and shape.
 
-Cases that need features of later versions (tuple operators: C12, and C13's tuple form) are not here yet; C18 needs more than 2**31 elements and runs on the GPU only.
+C12 (a scan of pairs) is in test_tuples.py, with the other tuple streams; C18 needs more than 2**31 elements and
+runs on the GPU only.
 """
 import math
 
@@ -128,9 +129,15 @@ def test_c11_argmax_ties_take_the_first_index(device, tiles):
         _same(tc.argmax()(spikes), torch.tensor(17))
 
 
-def test_c13_non_associative_operator_is_refused_pointing_at_the_tuple_form():
+def test_c13_non_associative_operator_is_refused_pointing_at_the_tuple_form(device):
     with pytest.raises(tc.LawError, match=r"not associative.*\(v1, d1\), \(v2, d2\) -> \(v1 \* d2 \+ v2, d1 \* d2\)"):
         tc.scan(lambda a, b: 0.5 * a + b, identity=0.0)
+    # the pointed-at form: h = 0.5 * h + x as (value, decay) pairs
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0], device=device)
+    linear = tc.zip_with(lambda v, d: (v, d)) >> tc.scan(lambda v1, d1, v2, d2: (v1 * d2 + v2, d1 * d2),
+                                                        identity=(0.0, 1.0))
+    h, _ = linear(x, torch.full((4,), 0.5, device=device))
+    _same(h, torch.tensor([1.0, 2.5, 4.25, 6.125]))
 
 
 def test_c14_non_power_of_two_sizes(device):
