@@ -62,7 +62,7 @@ def test_syntax_error_shows_line_column_caret_and_expectation():
 
 
 def test_unexpected_end_of_text():
-    with pytest.raises(tc.ParseError, match="unexpected end of text; expected a name") as info:
+    with pytest.raises(tc.ParseError, match="unexpected end of text; expected '\\(', a name") as info:
         tc.parse("map exp | map")
     assert info.value.location.column == 14
 
@@ -107,3 +107,41 @@ def test_grammar_is_lalr_and_strict():
     from tricomb.dsl.parser import _parser
     parser = _parser()
     assert parser.options.parser == "lalr" and parser.options.strict
+
+
+LAMBDA_PIPELINES = [
+    "map x -> exp(x) * 2 | sum(axis=1)",
+    "map (x -> (x >= -3))",
+    "zip_with (v, d) -> (v, d) | scan ((a, b, c, e) -> (a * e + c, b * e))(identity=(0.0, 1.0))",
+    "reduce ((a, b) -> a + b + 0.25 * a * b)(axis=1, identity=0.0)",
+    "scan (a, b) -> a",
+    "map x -> where(x > 0.5e1, x ** 2, -x / 3.0) | max(axis=-1)",
+    "scan ((a, b) -> where(b != 0, b, a))(axis=0, reverse=True, identity=0.0)",
+]
+
+
+@pytest.mark.parametrize("text", LAMBDA_PIPELINES)
+def test_lambdas_in_text_print_back_and_mean_the_same_as_in_python(text):
+    """A DSL lambda is traced like the Python lambda it spells; str(pipe) of any lambda pipeline parses back
+    to the same IR."""
+    pipe = tc.parse(text)
+    assert tc.parse(str(pipe)).ir == pipe.ir
+
+
+def test_lambda_results_match_the_python_form(device):
+    x = torch.randn(4, 9, device=device)
+    text = tc.parse("map x -> where(x > 0.5, x ** 2, -x / 3.0) | sum(axis=-1)")
+    python = tc.map(lambda v: tc.where(v > 0.5, v ** 2, -v / 3.0)) >> tc.sum(axis=-1)
+    assert text.ir == python.ir
+    torch.testing.assert_close(text(x), python(x))
+    first = tc.parse("scan (a, b) -> a")(x)
+    assert torch.equal(first.cpu(), x.cpu()[:, :1].expand(4, 9))
+
+
+def test_lambda_errors_name_the_problem():
+    with pytest.raises(tc.UnknownNameError, match="unknown name 'y' in a lambda: not one of its parameters"):
+        tc.parse("map x -> x + y")(torch.ones(2))
+    with pytest.raises(tc.ParseError, match="names a parameter twice"):
+        tc.parse("zip_with (a, a) -> a")
+    with pytest.raises(tc.UnknownNameError, match="unknown name 'exq'; did you mean .*exp"):
+        tc.parse("map x -> exq(x)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import re
 from pathlib import Path
 
 import lark
@@ -17,8 +18,10 @@ import lark
 from ..errors import Location, ParseError, TricombError, UnknownNameError
 from ..pipeline.shorthands import OPERATOR_ALIASES, SHORTHANDS
 from ..scalar.trace import BUILTINS
+from .lambdas import Expressions
 
-_STAGE_ARGUMENTS = {"reduce": ("axis", "keepdim", "dtype"), "scan": ("axis", "reverse", "exclusive", "dtype")}
+_STAGE_ARGUMENTS = {"reduce": ("axis", "keepdim", "dtype", "identity"),
+                    "scan": ("axis", "reverse", "exclusive", "dtype", "identity")}
 
 
 def grammar_path() -> Path:
@@ -48,7 +51,10 @@ def _expected(exc: lark.exceptions.UnexpectedInput) -> str:
     readable = {"NAME": "a name", "INT": "an integer", "SHORTHAND": "a shorthand (sum, mean, cumsum, ...)",
                 "VBAR": "'|'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','", "EQUAL": "'='", "MINUS": "'-'",
                 "$END": "end of text", "_MAP": "map", "_ZIP_WITH": "zip_with", "_REDUCE": "reduce",
-                "_SCAN": "scan", "TRUE": "True", "FALSE": "False", "NONE": "None"}
+                "_SCAN": "scan", "TRUE": "True", "FALSE": "False", "NONE": "None", "_ARROW": "'->'",
+                "FLOAT": "a number", "PLUS": "'+'", "STAR": "'*'", "SLASH": "'/'", "LESSTHAN": "'<'",
+                "MORETHAN": "'>'", "_EQ": "'=='", "_NE": "'!='", "_LE": "'<='", "_GE": "'>='", "_POW": "'**'",
+                "INF": "inf"}
     listed = [readable.get(n, n.lower()) for n in names]
     return f"; expected {', '.join(listed)}" if listed else ""
 
@@ -66,8 +72,10 @@ def _syntax_error(text: str, exc: lark.exceptions.UnexpectedInput, source: str) 
     else:
         found = "end of text"
     hint = ""
-    if found == "'('" and "a name" in _expected(exc):
-        hint = "; a stage is written `map exp` or `reduce add(axis=0)`, not `map(exp)`"
+    called = re.search(r"\b(map|zip_with|reduce|scan)\s*\(\s*\w+\s*\)", text)
+    if (found == "'('" and "a name" in _expected(exc)) or ("'->'" in _expected(exc) and called):
+        hint = "; a stage is written `map exp` or `reduce add(axis=0)` (or with a lambda, `map x -> exp(x)`), not " \
+               "`map(exp)`"
     return ParseError(f"unexpected {found}{_expected(exc)}{hint}", _location(text, source, line, column))
 
 
@@ -81,7 +89,7 @@ def _named(fn, name: str, where: Location):
     return dataclasses.replace(function, name=name) if function.name != name else function
 
 
-class _Build(lark.Transformer):
+class _Build(Expressions):
     """Parse tree -> Pipeline, resolving names as it goes."""
 
     def __init__(self, text: str, env: dict, source: str):
@@ -116,7 +124,19 @@ class _Build(lark.Transformer):
     def true_value(self, _): return True
     def false_value(self, _): return False
     def none_value(self, _): return None
-    def tuple_value(self, items): return tuple(items)
+    def tuple_value(self, items): return tuple(i for i in items if i is not None)
+    def float_value(self, items): return float(items[0])
+    def neg_float_value(self, items): return -float(items[0])
+    def inf_value(self, _): return float("inf")
+    def neg_inf_value(self, _): return -float("inf")
+
+    def lambda_(self, items):
+        params, body = items
+        return super().lambda_(params, body)
+
+    def _function(self, item, operator: bool = False):
+        """A stage's function: a name resolved (env, then builtins), or a lambda already built."""
+        return self._resolve(item, operator) if isinstance(item, lark.Token) else item
     def name_value(self, items): return str(items[0])  # a dtype name: dtype=bfloat16
 
     def argument(self, items):
@@ -140,27 +160,27 @@ class _Build(lark.Transformer):
         if kind == "reduce":
             return api.build_reduce(op, kwargs.get("axis"), kwargs.get("keepdim", False), bool(short and short.mean),
                                     where, kwargs.get("dtype"), bool(short and short.index),
-                                    bool(short and short.skip_nan))
+                                    bool(short and short.skip_nan), identity=kwargs.get("identity"))
         return api.build_scan(op, kwargs.get("axis", -1), where, kwargs.get("dtype"), kwargs.get("reverse", False),
-                              kwargs.get("exclusive", False), index=bool(short and short.index))
+                              kwargs.get("exclusive", False), kwargs.get("identity"), index=bool(short and short.index))
 
     @lark.v_args(meta=True)
     def map_stage(self, meta, items):
         from .. import api
-        return api.build_map(self._resolve(items[0]), self._where(meta))
+        return api.build_map(self._function(items[0]), self._where(meta))
 
     @lark.v_args(meta=True)
     def zip_with_stage(self, meta, items):
         from .. import api
-        return api.build_zip_with(self._resolve(items[0]), self._where(meta))
+        return api.build_zip_with(self._function(items[0]), self._where(meta))
 
     @lark.v_args(meta=True)
     def reduce_stage(self, meta, items):
-        return self._stage("reduce", meta, self._resolve(items[0], operator=True), items[1] if len(items) > 1 else None)
+        return self._stage("reduce", meta, self._function(items[0], operator=True), items[1] if len(items) > 1 else None)
 
     @lark.v_args(meta=True)
     def scan_stage(self, meta, items):
-        return self._stage("scan", meta, self._resolve(items[0], operator=True), items[1] if len(items) > 1 else None)
+        return self._stage("scan", meta, self._function(items[0], operator=True), items[1] if len(items) > 1 else None)
 
     @lark.v_args(meta=True)
     def shorthand_stage(self, meta, items):

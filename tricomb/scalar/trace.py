@@ -87,7 +87,7 @@ class Traced:
     def __ne__(self, o): return _apply("ne", self, o)  # type: ignore[override]
 
 
-def _to_expr(value) -> Expr:
+def to_expr(value) -> Expr:
     if isinstance(value, Traced):
         return value.expr
     if isinstance(value, bool) or isinstance(value, numbers.Integral):
@@ -100,7 +100,7 @@ def _to_expr(value) -> Expr:
 
 
 def _apply(op: str, *args) -> Traced:
-    return Traced(Call(op, tuple(_to_expr(a) for a in args)))
+    return Traced(Call(op, tuple(to_expr(a) for a in args)))
 
 
 class Builtin:
@@ -216,7 +216,7 @@ def _trace(fn, role: str, location: Location | None) -> Function:
     if not results:
         raise TraceError(f"{role} {name!r} returned an empty tuple; return at least one value", where)
     try:
-        outputs = tuple(_to_expr(r) for r in results)
+        outputs = tuple(to_expr(r) for r in results)
     except TraceError as exc:
         raise TraceError(f"{role} {name!r} returned something else: {exc.message}", where) from None
     return Function(arity, outputs, name, where)

@@ -1,0 +1,94 @@
+"""DSL lambdas: ``x -> exp(x) * 2`` and ``(a, b) -> (a + b, a * b)``, parsed into a Python function of the same
+parameters that the scalar tracer then records, so a lambda written as text means exactly what the same lambda
+written in Python means (operators, promotion of constants, ``x ** 2``).
+
+Each expression node becomes a closure over ``scope``, the parameters' traced values by name. Names that are
+not parameters are the constants ``inf``, ``nan``, ``True`` and ``False``; called names are builtins or ``env``
+functions (``@triton.jit`` ones included).
+"""
+from __future__ import annotations
+
+import inspect
+import keyword
+import math
+
+import lark
+
+from ..errors import ParseError, UnknownNameError
+from ..scalar.ir import JitCall, JitRef
+from ..scalar.trace import Traced, is_jit_function, to_expr
+
+_CONSTANTS = {"inf": math.inf, "nan": math.nan, "True": True, "False": False}
+_BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "div": lambda a, b: a / b, "pow": lambda a, b: a ** b, "eq": lambda a, b: a == b,
+           "ne": lambda a, b: a != b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
+           "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+
+
+def _call(fn, args):
+    if is_jit_function(fn):
+        return Traced(JitCall(JitRef(fn), tuple(to_expr(a) for a in args)))
+    return fn(*args)
+
+
+class Expressions(lark.Transformer):
+    """Transformer rules for lambda expressions; the subclass provides ``_resolve(token)`` and ``_where``."""
+
+    def number(self, items):
+        text = str(items[0])
+        return lambda scope, value=(float(text) if any(c in text for c in ".eE") else int(text)): value
+
+    def variable(self, items):
+        token = items[0]
+        name = str(token)
+        where = self._where(token)
+
+        def value(scope):
+            if name in scope:
+                return scope[name]
+            if name in _CONSTANTS:
+                return _CONSTANTS[name]
+            raise UnknownNameError(f"unknown name {name!r} in a lambda: not one of its parameters "
+                                   f"({', '.join(scope) or 'none'}) nor inf, nan, True, False", where)
+        return value
+
+    def call(self, items):
+        fn = self._resolve(items[0])
+        args = [a for a in items[1:] if a is not None]
+        return lambda scope: _call(fn, [a(scope) for a in args])
+
+    def neg(self, items):
+        (operand,) = items
+        return lambda scope: -operand(scope)
+
+    def tuple_expr(self, items):
+        parts = [a for a in items if a is not None]
+        return lambda scope: tuple(p(scope) for p in parts)
+
+    def __default__(self, data, children, meta):
+        if data in _BINARY:
+            op, (left, right) = _BINARY[data], children
+            return lambda scope: op(left(scope), right(scope))
+        return super().__default__(data, children, meta)
+
+    def one_param(self, items):
+        return [items[0]]
+
+    def param_list(self, items):
+        return [t for t in items if t is not None]
+
+    def lambda_(self, params, body):
+        """A Python function of ``params`` (tokens) evaluating ``body``, for the tracer."""
+        names = [str(t) for t in params]
+        for t in params:
+            if keyword.iskeyword(str(t)) or str(t) in _CONSTANTS:
+                raise ParseError(f"{str(t)!r} cannot name a lambda parameter; choose another name", self._where(t))
+        if len(set(names)) != len(names):
+            raise ParseError(f"a lambda names a parameter twice: ({', '.join(names)})", self._where(params[0]))
+        def fn(*args):
+            return body(dict(zip(names, args)))
+
+        fn.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                              for n in names])  # the tracer counts these
+        fn.__name__ = "<lambda>"
+        return fn
