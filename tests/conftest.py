@@ -19,6 +19,17 @@ settings.load_profile(os.environ.get("TRICOMB_HYPOTHESIS_PROFILE", "default"))
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def one_launch(pipe, *inputs):
+    """``pipe(*inputs)``, checked to be one Triton launch and no torch computation (counted on a second call: the
+    first builds the kernel, which infers dtypes on small host tensors)."""
+    from tricomb.testing import count_launches
+    pipe(*inputs)
+    with count_launches() as launches:
+        result = pipe(*inputs)
+    assert launches.triton == 1 and launches.total == 1, (launches.triton, launches.torch_ops)
+    return result
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> str:
     """Each test taking ``device`` runs on the CPU (Triton's interpreter) and, when present, on CUDA."""

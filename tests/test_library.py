@@ -5,18 +5,12 @@ import pytest
 import torch
 
 import tricomb as tc
-from tricomb.testing import assert_matches_torch, count_launches, schedule_overrides
+from tricomb.testing import assert_matches_torch, schedule_overrides
+
+from conftest import one_launch
 
 L = tc.library
 inf, nan = math.inf, math.nan
-
-
-def _one_launch(pipe, *inputs):
-    pipe(*inputs)
-    with count_launches() as launches:
-        result = pipe(*inputs)
-    assert launches.triton == 1 and launches.total == 1
-    return result
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
@@ -27,7 +21,7 @@ def test_var_and_std_as_torch(dtype, axis, keepdim, device):
     dims = axis if axis is not None else (0, 1)
     for correction in (1, 0):
         want = torch.var(x.cpu().double(), dim=dims, keepdim=keepdim, correction=correction)
-        got = _one_launch(L.var(axis=axis, keepdim=keepdim, correction=correction), x)
+        got = one_launch(L.var(axis=axis, keepdim=keepdim, correction=correction), x)
         assert got.dtype == dtype and got.shape == want.shape
         tol = {torch.float16: 2e-2, torch.float32: 2e-4, torch.float64: 1e-9}[dtype]  # (mean 1000: kappa 1e6)
         torch.testing.assert_close(got.cpu().double(), want, rtol=tol, atol=tol)
@@ -37,7 +31,7 @@ def test_var_and_std_as_torch(dtype, axis, keepdim, device):
 
 def test_logsumexp_and_softmax_denominators_as_torch(device):
     x = torch.randn(7, 300, device=device) * 20
-    got = _one_launch(L.logsumexp(axis=1), x)
+    got = one_launch(L.logsumexp(axis=1), x)
     torch.testing.assert_close(got.cpu(), torch.logsumexp(x.cpu(), 1))
     edge = torch.tensor([[-inf, -inf, -inf], [inf, 1.0, 2.0], [nan, 1.0, 2.0], [1.0, -inf, 3.0]], device=device)
     torch.testing.assert_close(L.logsumexp(axis=-1)(edge).cpu(), torch.logsumexp(edge.cpu(), -1), equal_nan=True)
@@ -58,7 +52,7 @@ def test_norm_as_torch(order, device):
 
 def test_linear_recurrence_and_ema_against_a_loop(device):
     v, d = torch.randn(3, 200, device=device), torch.rand(3, 200, device=device)
-    h, decay = _one_launch(L.linear_recurrence(), v, d)
+    h, decay = one_launch(L.linear_recurrence(), v, d)
     state, want = torch.zeros(3, dtype=torch.float64), []
     for t in range(200):
         state = d.cpu()[:, t].double() * state + v.cpu()[:, t].double()
@@ -66,7 +60,7 @@ def test_linear_recurrence_and_ema_against_a_loop(device):
     torch.testing.assert_close(h.cpu().double(), torch.stack(want, 1), rtol=1e-5, atol=1e-5)
     assert_matches_torch(L.linear_recurrence(axis=0, reverse=True), v, d)
     x = torch.randn(500, device=device)
-    y = _one_launch(L.ema(0.1), x)
+    y = one_launch(L.ema(0.1), x)
     state, want = 0.0, []
     for value in x.cpu().tolist():
         state = 0.1 * value + 0.9 * state

@@ -10,25 +10,17 @@ from hypothesis import strategies as st
 
 import tricomb as tc
 from tricomb.pipeline.evaluate import evaluate
-from tricomb.testing import assert_matches_torch, count_launches, schedule_overrides
+from tricomb.testing import assert_matches_torch, schedule_overrides
 from tricomb.testing.strategies import laid_out, shapes, tensors
 
-from conftest import DEVICES
+from conftest import DEVICES, one_launch
 
 DRAWDOWN = tc.scan(tc.maximum) >> tc.zip_with(tc.sub) >> tc.max()
 
 
-def _one_launch(pipe, *inputs):
-    pipe(*inputs)
-    with count_launches() as launches:
-        result = pipe(*inputs)
-    assert launches.triton == 1 and launches.total == 1
-    return result
-
-
-def test_drawdown_of_a_series_is_one_kernel(device):
+def test_drawdown_of_a_series_isone_launch(device):
     prices = torch.randn(3000, device=device).cumsum(0)
-    got = _one_launch(DRAWDOWN, prices, prices)
+    got = one_launch(DRAWDOWN, prices, prices)
     want = (torch.cummax(prices.cpu(), 0).values - prices.cpu()).max()
     assert got.shape == () and torch.equal(got.cpu(), want)
 
@@ -62,7 +54,7 @@ def test_a_tuple_scan_then_a_reduce(device):
     pipe = (tc.zip_with(lambda a, b: (a, b))
             >> tc.scan(lambda v1, d1, v2, d2: (v1 * d2 + v2, d1 * d2), axis=1, identity=(0.0, 1.0))
             >> tc.map(lambda h, decay: tc.abs(h)) >> tc.max(axis=1))
-    got = _one_launch(pipe, v, d)
+    got = one_launch(pipe, v, d)
     h, rows = torch.zeros(4, dtype=torch.float64), []
     for k in range(200):
         h = d.cpu()[:, k].double() * h + v.cpu()[:, k].double()

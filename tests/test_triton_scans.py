@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import tricomb as tc
-from tricomb.testing import count_launches
+
+from conftest import one_launch
 
 PAIRS = tc.zip_with(lambda a, b: (a, b))
 
@@ -31,16 +32,6 @@ def _sequential(op, fields: list[torch.Tensor], axis: int, reverse: bool) -> lis
     return [_flip(o.movedim(-1, axis), axis, reverse) for o in out]
 
 
-def _one_kernel(pipe, *inputs):
-    """The result of ``pipe``, checked to come from one kernel launch and no torch computation (after a first call
-    that builds the kernel: code generation infers dtypes on small host tensors)."""
-    pipe(*inputs)
-    with count_launches() as launches:
-        result = pipe(*inputs)
-    assert launches.triton == 1 and launches.total == 1
-    return result
-
-
 def _close(got: torch.Tensor, want: torch.Tensor, rtol=1e-5, atol=1e-6):
     torch.testing.assert_close(got.cpu().double(), want.double(), rtol=rtol, atol=atol)
 
@@ -56,7 +47,7 @@ def shape(request):
 @pytest.mark.parametrize("axis,reverse", AXES_AND_DIRECTIONS)
 def test_cumsum(axis, reverse, shape, device):
     x = torch.randn(shape, device=device)
-    got = _one_kernel(tc.cumsum(axis=axis, reverse=reverse), x)
+    got = one_launch(tc.cumsum(axis=axis, reverse=reverse), x)
     _close(got, _flip(torch.cumsum(_flip(x.cpu().double(), axis, reverse), axis), axis, reverse), rtol=1e-4,
            atol=1e-4)
 
@@ -64,7 +55,7 @@ def test_cumsum(axis, reverse, shape, device):
 @pytest.mark.parametrize("axis,reverse", AXES_AND_DIRECTIONS)
 def test_cumprod(axis, reverse, shape, device):
     x = 1.0 + 0.1 * torch.rand(shape, device=device)  # products stay in range
-    got = _one_kernel(tc.cumprod(axis=axis, reverse=reverse), x)
+    got = one_launch(tc.cumprod(axis=axis, reverse=reverse), x)
     _close(got, _flip(torch.cumprod(_flip(x.cpu().double(), axis, reverse), axis), axis, reverse), rtol=1e-4)
 
 
@@ -76,7 +67,7 @@ def _first(a, b):
 def test_first_element_operator(axis, reverse, shape, device):
     """``(a, b) -> a`` is associative and not commutative, and has no identity: tricomb adds a validity flag."""
     x = torch.randn(shape, device=device)
-    got = _one_kernel(tc.scan(lambda a, b: a, axis=axis, reverse=reverse), x)
+    got = one_launch(tc.scan(lambda a, b: a, axis=axis, reverse=reverse), x)
     want = _sequential(lambda a, b: (a,), [x], axis, reverse)[0]
     _close(got, want, rtol=0, atol=0)
 
@@ -87,7 +78,7 @@ def test_linear_recurrence(axis, reverse, shape, device):
     v, d = torch.randn(shape, device=device), torch.rand(shape, device=device)
     linear = tc.scan(lambda v1, d1, v2, d2: (v1 * d2 + v2, d1 * d2), axis=axis, reverse=reverse,
                      identity=(0.0, 1.0))
-    got = _one_kernel(PAIRS >> linear, v, d)
+    got = one_launch(PAIRS >> linear, v, d)
     want = _sequential(lambda v1, d1, v2, d2: (v1 * d2 + v2, d1 * d2), [v, d], axis, reverse)
     for g, w in zip(got, want):
         _close(g, w, rtol=1e-4, atol=1e-5)
@@ -100,7 +91,7 @@ def test_cummax_with_index(axis, reverse, shape, device):
     positions = torch.arange(shape[axis], device=device).reshape((-1, 1) if axis == 0 else (1, -1)).expand(shape)
     running = tc.scan(lambda v1, i1, v2, i2: (tc.where(v2 >= v1, v2, v1), tc.where(v2 >= v1, i2, i1)), axis=axis,
                       reverse=reverse, identity=(-math.inf, -1))
-    values, indices = _one_kernel(PAIRS >> running, x, positions)
+    values, indices = one_launch(PAIRS >> running, x, positions)
     flipped = torch.cummax(_flip(x.cpu(), axis, reverse), axis)
     assert torch.equal(values.cpu(), _flip(flipped.values, axis, reverse))
     n = shape[axis]

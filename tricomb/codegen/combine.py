@@ -125,6 +125,20 @@ def _fold_in_order(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str]
     w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + lasts)})")
 
 
+def _accumulate(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str], values: list[Value],
+                combine: str) -> None:
+    """Fold one tile of the stream's fields (masked lanes as the identity) into the reduce's accumulators: lane
+    by lane into tile-shaped ones, or, for an operator that does not commute, in order into per-row ones."""
+    steps = _masked_fields(ctx, p, values, "mask")
+    if not p.ordered:
+        w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + steps)})")
+        return
+    tiles = fields("step", p.width)
+    for tile, step in zip(tiles, steps):
+        w.line(f"{tile} = {step}")
+    _fold_in_order(w, ctx, p, accs, tiles, "BLOCK_K", combine)
+
+
 def _reduce_tile(ctx: ScalarContext, p: KernelPlan, tiles: list[str], combine: str) -> str:
     """Fold the accumulator tiles (and ``<tile>_i``, the positions, for argmax/argmin) along axis 1."""
     if p.index:
@@ -161,16 +175,11 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
         ks = emit_offsets(w, "ks", reduced, [s for s in p.inputs if not s.after], "k")
         values = _before_combine(w, ctx, p, rows, ks, "mask")
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
-        steps = _masked_fields(ctx, p, values, "mask")
         if p.index:
-            w.line(f"acc, acc_i = {combine}(acc, acc_i, {steps[0]}, ks[None, :].to(tl.int64))")
-        elif p.ordered:
-            tiles = fields("step", p.width)
-            for tile, step in zip(tiles, steps):
-                w.line(f"{tile} = {step}")
-            _fold_in_order(w, ctx, p, accs, tiles, "BLOCK_K", combine)
+            step = _masked_fields(ctx, p, values, "mask")[0]
+            w.line(f"acc, acc_i = {combine}(acc, acc_i, {step}, ks[None, :].to(tl.int64))")
         else:
-            w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + steps)})")
+            _accumulate(w, ctx, p, accs, values, combine)
     if p.ordered:
         w.line(f"{total} = {', '.join(accs)}")
     else:
@@ -284,14 +293,7 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
             return
         accs = fields("acc", fused.width)
         w.comment(f"stage {len(fused.before)}: {stage_text(fused.combine)}, in the same loop")
-        steps = _masked_fields(ctx, fused, value, "mask")
-        if fused.ordered:
-            tiles = fields("step", fused.width)
-            for tile, step in zip(tiles, steps):
-                w.line(f"{tile} = {step}")
-            _fold_in_order(w, ctx, fused, accs, tiles, "BLOCK_K", then)
-        else:
-            w.line(f"{', '.join(accs)} = {then}({', '.join(accs + steps)})")
+        _accumulate(w, ctx, fused, accs, value, then)
     totals = fields("total", fused.width)
     w.line(f"{', '.join(totals)} = {', '.join(accs) if fused.ordered else _reduce_tile(ctx, fused, accs, then)}")
     if fused.combine.mean:
