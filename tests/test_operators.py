@@ -213,3 +213,21 @@ def test_an_identity_that_does_not_fit_the_values_is_refused_before_launch():
 def test_torch_errors_inside_an_operator_are_located_and_explained():
     with pytest.raises(tc.LawError, match="take no Python numbers"):
         tc.reduce(lambda a, b: tc.minimum(a + b, 10.0), identity=0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool])
+def test_bitwise_operators_reduce_and_scan_integers_and_bools(dtype, device):
+    """bitwise_and (identity: all ones), bitwise_or and bitwise_xor (0): reduces and scans in every direction
+    against the element-by-element fold, the dtype kept; `&`, `|`, `^` in scalar functions; floats refused."""
+    x = (torch.randint(0, 2, (5, 40)) > 0 if dtype == torch.bool else
+         torch.randint(torch.iinfo(dtype).min, torch.iinfo(dtype).max, (5, 40), dtype=dtype)).to(device)
+    for op in (tc.bitwise_and, tc.bitwise_or, tc.bitwise_xor):
+        with schedule_overrides(BLOCK_K=8, SPLIT=2):
+            assert_matches_torch(tc.reduce(op, axis=1), x)
+        for reverse, exclusive in ((False, False), (True, True)):
+            assert_matches_torch(tc.scan(op, axis=1, reverse=reverse, exclusive=exclusive), x)
+    if dtype != torch.bool:
+        got = tc.map(lambda v: (v & 6) | (v ^ 1))(x)
+        assert torch.equal(got.cpu(), ((x.cpu() & 6) | (x.cpu() ^ 1)))
+    with pytest.raises(tc.StageError, match="takes integers and bools, as torch's, not floats"):
+        tc.map(lambda v: v & 1)(torch.ones(3, device=device))

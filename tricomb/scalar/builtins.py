@@ -66,6 +66,47 @@ def _prod_over(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     return x
 
 
+def _folded(fn, start):
+    """torch's meaning of a bitwise reduce and scan, which torch lacks: ``fn`` folded element by element (in
+    row-major order over the reduced axes) from ``start`` of a tensor (all ones, or zeros)."""
+    def reduce_ref(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+        kept = [d for d in range(x.dim()) if d not in dims]
+        count = math.prod(x.shape[d] for d in dims)
+        rows = x.permute(*kept, *dims).reshape(*(x.shape[d] for d in kept), count)
+        acc = start(torch.zeros(rows.shape[:-1], dtype=x.dtype, device=x.device))
+        for k in range(count if x.device.type != "meta" else 0):
+            acc = fn(acc, rows[..., k])
+        return acc
+
+    def scan_ref(x: torch.Tensor, d: int) -> torch.Tensor:
+        if x.device.type == "meta" or x.shape[d] == 0:
+            return x.clone()
+        outs = [x.select(d, 0)]
+        for k in range(1, x.shape[d]):
+            outs.append(fn(outs[-1], x.select(d, k)))
+        return torch.stack(outs, d)
+    return reduce_ref, scan_ref
+
+
+def _integral_only(fn):
+    """torch's bitwise op, refusing floats as torch's CPU and CUDA kernels do (a meta tensor would not)."""
+    def op(a, b):
+        for v in (a, b):
+            if (v.is_floating_point() if isinstance(v, torch.Tensor) else isinstance(v, float)):
+                raise RuntimeError(f"{fn.__name__} takes integers and bools, as torch's, not floats")
+        return fn(a, b)
+    op.__name__ = fn.__name__
+    return op
+
+
+def _all_ones(x: torch.Tensor) -> torch.Tensor:
+    return ~torch.zeros_like(x)
+
+
+_AND, _OR, _XOR = (_folded(torch.bitwise_and, _all_ones), _folded(torch.bitwise_or, torch.zeros_like),
+                   _folded(torch.bitwise_xor, torch.zeros_like))
+
+
 def _nan_max(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     return torch.amax(x, dim=dims)
 
@@ -339,6 +380,12 @@ _TABLE: list[OpSpec] = [
     _binary("logaddexp", torch.logaddexp, "tc_logaddexp({0}, {1})", "log(exp(a) + exp(b)), without overflow",
             ("tc_logaddexp",), associative=True, commutative=True, identity=-math.inf,
             reduce_ref=lambda x, dims: torch.logsumexp(x, dim=dims), scan_ref=lambda x, d: torch.logcumsumexp(x, d)),
+    _binary("bitwise_and", _integral_only(torch.bitwise_and), "{0} & {1}", "a & b, bit by bit (integers and bool)",
+            associative=True, commutative=True, identity=-1.0, reduce_ref=_AND[0], scan_ref=_AND[1]),
+    _binary("bitwise_or", _integral_only(torch.bitwise_or), "{0} | {1}", "a | b, bit by bit (integers and bool)",
+            associative=True, commutative=True, identity=0.0, reduce_ref=_OR[0], scan_ref=_OR[1]),
+    _binary("bitwise_xor", _integral_only(torch.bitwise_xor), "{0} ^ {1}", "a ^ b, bit by bit (integers and bool)",
+            associative=True, commutative=True, identity=0.0, reduce_ref=_XOR[0], scan_ref=_XOR[1]),
     _binary("lt", torch.lt, "{0} < {1}", "a < b (bool)"),
     _binary("le", torch.le, "{0} <= {1}", "a <= b (bool)"),
     _binary("gt", torch.gt, "{0} > {1}", "a > b (bool)"),

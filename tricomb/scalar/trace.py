@@ -19,8 +19,7 @@ _BOOL_MESSAGE = ("a traced value was used as a Python bool (in if, and, or, not,
 
 # Python operators with no builtin yet, and what to write instead
 _NO_OPERATOR = {"//": "tc.floor(a / b) (for floats)", "%": "a - tc.floor(a / b) * b (for floats)",
-                "&": "tc.logical_and(a, b) (for bools)", "|": "tc.logical_or(a, b) (for bools)",
-                "^": "a != b (for bools)", "~": "x == 0 (for bools)", "<<": "a * 2 ** n", ">>": "tc.floor(a / 2 ** n)"}
+                "~": "x == 0 (for bools), -1 - x (for integers)", "<<": "a * 2 ** n", ">>": "tc.floor(a / 2 ** n)"}
 
 
 def _unsupported(symbol: str):
@@ -71,9 +70,12 @@ class Traced:
 
     __floordiv__ = __rfloordiv__ = _unsupported("//")
     __mod__ = __rmod__ = _unsupported("%")
-    __and__ = __rand__ = _unsupported("&")
-    __or__ = __ror__ = _unsupported("|")
-    __xor__ = __rxor__ = _unsupported("^")
+    def __and__(self, o): return _apply("bitwise_and", self, o)
+    def __rand__(self, o): return _apply("bitwise_and", o, self)
+    def __or__(self, o): return _apply("bitwise_or", self, o)
+    def __ror__(self, o): return _apply("bitwise_or", o, self)
+    def __xor__(self, o): return _apply("bitwise_xor", self, o)
+    def __rxor__(self, o): return _apply("bitwise_xor", o, self)
     __invert__ = _unsupported("~")
     __lshift__ = __rlshift__ = _unsupported("<<")
     __rshift__ = __rrshift__ = _unsupported(">>")
