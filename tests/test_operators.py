@@ -211,8 +211,10 @@ def test_an_identity_that_does_not_fit_the_values_is_refused_before_launch():
 
 
 def test_torch_errors_inside_an_operator_are_located_and_explained():
-    with pytest.raises(tc.LawError, match="take no Python numbers"):
-        tc.reduce(lambda a, b: tc.minimum(a + b, 10.0), identity=0.0)
+    """A float-only sample meets a bitwise operator: torch's refusal is reported with the operator's location."""
+    with pytest.raises(tc.LawError, match="cannot be evaluated by torch on \\(float64, float64\\) values") as info:
+        tc.reduce(lambda a, b: a & b, identity=0.5)
+    assert info.value.location.file == __file__
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32, torch.int64, torch.bool])

@@ -1,4 +1,6 @@
 """Findings of hostile testing, each kept as a test of the whole kind of fault it stood for."""
+import math
+
 import pytest
 import torch
 import triton
@@ -378,3 +380,38 @@ def test_a_jit_tuple_operator_and_a_list_of_fields(device):
     x = torch.randn(6, device=device)
     total, product = tc.zip_with(lambda a, b: [a + b, a * b])(x, x)
     assert torch.equal(total.cpu(), (x + x).cpu()) and torch.equal(product.cpu(), (x * x).cpu())
+
+
+def test_negative_constants_print_in_parentheses():
+    """Found by the hostile review: (-2.0) ** x printed as -2.0 ** x, which parses as -(2.0 ** x)."""
+    for pipe in (tc.map(lambda x: (-2.0) ** x), tc.map(lambda x: (-2) ** x + -0.0)):
+        assert tc.parse(str(pipe)).ir == pipe.ir
+
+
+def test_builtins_of_two_values_take_python_numbers(device):
+    """Found by the hostile review: tc.maximum(v, 0) failed (torch.maximum takes tensors only); a number now
+    promotes as a weak scalar does, as in v + 0."""
+    x = torch.tensor([-1.5, 2.0], device=device)
+    assert tc.map(lambda v: tc.maximum(v, 0))(x).tolist() == [0.0, 2.0]
+    assert tc.parse("map x -> minimum(x, 1)")(x).tolist() == [-1.5, 1.0]
+    small = torch.tensor([-1, 2], dtype=torch.int8, device=device)
+    got = tc.map(lambda v: tc.maximum(v, 1))(small)
+    assert got.dtype == torch.int8 and got.tolist() == [1, 2]
+
+
+def test_env_functions_called_inside_a_text_lambda(device):
+    """Found by the hostile review: calling an env function inside a text lambda raised 'not callable'."""
+    x = torch.ones(3, device=device)
+    pipe = tc.parse("map x -> twice(x) + 1", env={"twice": lambda a: a * 2})
+    assert pipe(x).tolist() == [3.0, 3.0, 3.0]
+
+
+def test_library_on_integers_and_with_nothing_left_after_the_correction(device):
+    """Found by the hostile review: logsumexp of integers gave NaN, the 2-norm of int8 wrapped, and a variance
+    with count <= correction gave -0.0 or negative values; torch divides by max(0, n - correction)."""
+    L = tc.library
+    assert abs(L.logsumexp(axis=0)(torch.arange(4, device=device)).item() - 3.4401897) < 1e-5
+    assert L.norm(2)(torch.full((4,), 100, dtype=torch.int8, device=device)).item() == 200.0
+    assert math.isnan(L.var()(torch.randn(0, device=device)).item())
+    assert L.var(correction=3)(torch.tensor([1.0, 2.0], device=device)).item() == math.inf
+    assert math.isnan(L.var(correction=2)(torch.tensor([3.0], device=device)).item())

@@ -60,7 +60,7 @@ def ema(alpha: float, axis: int = -1) -> api.Pipeline:
     if not 0.0 < float(alpha) <= 1.0:
         raise ValueError(f"ema's alpha must be in (0, 1], got {alpha!r}")
     alpha = float(alpha)
-    return (api.map(lambda x: (alpha * x, where(x == x, 1.0 - alpha, x)))
+    return (api.map(lambda x: (alpha * x, where(x == x, 1.0 - alpha, x * 1.0)))
             >> api.scan(LINEAR, axis=axis, identity=(0.0, 1.0)) >> api.map(lambda y, decay: y))
 
 
@@ -68,7 +68,7 @@ def softmax_denominators(axis=-1, keepdim: bool = False) -> api.Pipeline:
     """Per row along ``axis``: ``(m, s)`` with ``m`` the largest element and ``s = sum(exp(x - m))``, in one pass
     (the online normalizer: each partial sum is rescaled when a larger maximum arrives). ``softmax(x) =
     exp(x - m) / s``. Float inputs; NaN propagates."""
-    return api.map(lambda x: (x, where(x == x, 1.0, x))) >> api.reduce(LOG_SUM_EXP, axis=axis, keepdim=keepdim,
+    return api.map(lambda x: (x * 1.0, where(x == x, 1.0, x * 1.0))) >> api.reduce(LOG_SUM_EXP, axis=axis, keepdim=keepdim,
                                                                identity=(-_INF, 0.0))
 
 
@@ -79,20 +79,25 @@ def logsumexp(axis=-1, keepdim: bool = False) -> api.Pipeline:
 
 
 def _moments(axis, keepdim: bool) -> api.Pipeline:
-    triples = api.map(lambda x: (where(x == x, 1.0, x), x, where(x == x, 0.0, x)))  # (count, mean, deviations)
+    triples = api.map(lambda x: (where(x == x, 1.0, x * 1.0), x * 1.0, where(x == x, 0.0, x * 1.0)))  # n, mean, M2
     return triples >> api.reduce(WELFORD, axis=axis, keepdim=keepdim, identity=(0.0, 0.0, 0.0))
+
+
+def _dof(n, correction: int):
+    """torch.var's divisor: ``max(0, n - correction)`` (so nothing left gives NaN or inf, as torch's)."""
+    return where(n - correction > 0, n - correction, 0.0)
 
 
 def var(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
     """The variance along ``axis`` as torch.var: the sum of squared deviations over ``count - correction``
     (``correction=1``: the sample variance; 0: the population one), in one pass of Welford merges (Chan, Golub
     and LeVeque 1983), stable where the sum-of-squares formula cancels. Float inputs."""
-    return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: m2 / (n - correction))
+    return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: m2 / _dof(n, correction))
 
 
 def std(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
     """The standard deviation along ``axis`` as torch.std: the square root of :func:`var`."""
-    return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: sqrt(m2 / (n - correction)))
+    return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: sqrt(m2 / _dof(n, correction)))
 
 
 def norm(ord: float = 2.0, axis=None, keepdim: bool = False) -> api.Pipeline:  # noqa: A002 - torch's name
@@ -101,14 +106,14 @@ def norm(ord: float = 2.0, axis=None, keepdim: bool = False) -> api.Pipeline:  #
     (``sum(|x| ** p) ** (1 / p)``). Float inputs. Raises ValueError for ``ord`` <= 0."""
     ord = float(ord)
     if ord == _INF:
-        return api.map(abs_) >> api.max(axis=axis, keepdim=keepdim)
+        return api.map(lambda x: abs_(x * 1.0)) >> api.max(axis=axis, keepdim=keepdim)
     if ord == 2.0:
-        return api.map(lambda x: x * x) >> api.sum(axis=axis, keepdim=keepdim) >> api.map(sqrt)
+        return api.map(lambda x: (x * 1.0) * x) >> api.sum(axis=axis, keepdim=keepdim) >> api.map(sqrt)
     if ord == 1.0:
-        return api.map(abs_) >> api.sum(axis=axis, keepdim=keepdim)
+        return api.map(lambda x: abs_(x * 1.0)) >> api.sum(axis=axis, keepdim=keepdim)
     if ord <= 0.0:
         raise ValueError(f"norm's ord must be positive (or inf), got {ord!r}")
-    return (api.map(lambda x: abs_(x) ** ord) >> api.sum(axis=axis, keepdim=keepdim)
+    return (api.map(lambda x: abs_(x * 1.0) ** ord) >> api.sum(axis=axis, keepdim=keepdim)
             >> api.map(lambda s: s ** (1.0 / ord)))
 
 

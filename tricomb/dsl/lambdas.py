@@ -53,7 +53,7 @@ class Expressions(lark.Transformer):
         return value
 
     def call(self, items):
-        fn = self._resolve(items[0])
+        fn = self._callable(items[0])
         args = [a for a in items[1:] if a is not None]
         return lambda scope: _call(fn, [a(scope) for a in args])
 

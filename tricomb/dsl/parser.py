@@ -134,6 +134,12 @@ class _Build(Expressions):
         params, body = items
         return super().lambda_(params, body)
 
+    def _callable(self, token: lark.Token):
+        """A name called inside a lambda: the ``env`` object itself (a Python function is traced inline, a
+        ``@triton.jit`` one becomes a call of it), else a builtin."""
+        name = str(token)
+        return self.env[name] if name in self.env else self._resolve(token)
+
     def _function(self, item, operator: bool = False):
         """A stage's function: a name resolved (env, then builtins), or a lambda already built."""
         return self._resolve(item, operator) if isinstance(item, lark.Token) else item

@@ -55,9 +55,8 @@ def _apply(fn: Function, a: list, b: list) -> list[torch.Tensor]:
         return evaluate_function(fn, [*a, *b])
     except (RuntimeError, TypeError) as exc:
         kinds = ", ".join(str(t.dtype)[6:] for t in [*a, *b])
-        raise LawError(f"operator {fn.name!r} cannot be evaluated by torch on ({kinds}) values: {exc}. "
-                       "(Builtins of two values such as tc.minimum take no Python numbers: write "
-                       "tc.where(x < 10.0, x, 10.0))", fn.location) from None
+        raise LawError(f"operator {fn.name!r} cannot be evaluated by torch on ({kinds}) values: {exc}",
+                       fn.location) from None
 
 
 def identities(identity) -> tuple:

@@ -15,7 +15,8 @@ def _expr(e: Expr, names: list[str]) -> str:
     if isinstance(e, Arg):
         return names[e.index]
     if isinstance(e, Const):
-        return repr(e.value)
+        text = repr(e.value)
+        return f"({text})" if text.startswith("-") else text  # (-2.0) ** x is not -(2.0 ** x)
     args = [_expr(a, names) for a in e.args]
     if isinstance(e, JitCall):
         return f"{e.fn.name}({', '.join(args)})"

@@ -99,6 +99,16 @@ def _integral_only(fn):
     return op
 
 
+def _tensor_args(fn):
+    """torch's ``fn`` for an op whose torch function takes tensors only (torch.maximum, torch.bitwise_and, ...):
+    a Python number becomes a 0-d tensor, which promotes as a weak scalar does (an int with a float tensor is the
+    float's dtype; with an int8 tensor, int8), so ``maximum(x, 0)`` means what it does for ``x + 0``."""
+    def op(*args):
+        return fn(*(a if isinstance(a, torch.Tensor) else torch.tensor(a) for a in args))
+    op.__name__ = fn.__name__
+    return op
+
+
 def _all_ones(x: torch.Tensor) -> torch.Tensor:
     return ~torch.zeros_like(x)
 
@@ -369,22 +379,22 @@ _TABLE: list[OpSpec] = [
             tile_scan="tl.associative_scan({0}, {1}, tl.standard._prod_combine)"),
     _binary("div", torch.div, "{0} / {1}", "true division a / b"),
     _binary("pow", torch.pow, "tc_pow({0}, {1})", "a ** b", ("tc_pow",)),
-    _binary("maximum", torch.maximum, "tc_maximum({0}, {1})", "larger of a and b; NaN if either is NaN",
+    _binary("maximum", _tensor_args(torch.maximum), "tc_maximum({0}, {1})", "larger of a and b; NaN if either is NaN",
             ("tc_maximum",), associative=True, commutative=True, identity=-math.inf,
             reduce_ref=_nan_max, scan_ref=lambda x, d: torch.cummax(x, dim=d).values,
             tile_reduce="tc_max_over({0}, {1})"),
-    _binary("minimum", torch.minimum, "tc_minimum({0}, {1})", "smaller of a and b; NaN if either is NaN",
+    _binary("minimum", _tensor_args(torch.minimum), "tc_minimum({0}, {1})", "smaller of a and b; NaN if either is NaN",
             ("tc_minimum",), associative=True, commutative=True, identity=math.inf,
             reduce_ref=_nan_min, scan_ref=lambda x, d: torch.cummin(x, dim=d).values,
             tile_reduce="tc_min_over({0}, {1})"),
-    _binary("logaddexp", torch.logaddexp, "tc_logaddexp({0}, {1})", "log(exp(a) + exp(b)), without overflow",
+    _binary("logaddexp", _tensor_args(torch.logaddexp), "tc_logaddexp({0}, {1})", "log(exp(a) + exp(b)), without overflow",
             ("tc_logaddexp",), associative=True, commutative=True, identity=-math.inf,
             reduce_ref=lambda x, dims: torch.logsumexp(x, dim=dims), scan_ref=lambda x, d: torch.logcumsumexp(x, d)),
-    _binary("bitwise_and", _integral_only(torch.bitwise_and), "{0} & {1}", "a & b, bit by bit (integers and bool)",
+    _binary("bitwise_and", _integral_only(_tensor_args(torch.bitwise_and)), "{0} & {1}", "a & b, bit by bit (integers and bool)",
             associative=True, commutative=True, identity=-1.0, reduce_ref=_AND[0], scan_ref=_AND[1]),
-    _binary("bitwise_or", _integral_only(torch.bitwise_or), "{0} | {1}", "a | b, bit by bit (integers and bool)",
+    _binary("bitwise_or", _integral_only(_tensor_args(torch.bitwise_or)), "{0} | {1}", "a | b, bit by bit (integers and bool)",
             associative=True, commutative=True, identity=0.0, reduce_ref=_OR[0], scan_ref=_OR[1]),
-    _binary("bitwise_xor", _integral_only(torch.bitwise_xor), "{0} ^ {1}", "a ^ b, bit by bit (integers and bool)",
+    _binary("bitwise_xor", _integral_only(_tensor_args(torch.bitwise_xor)), "{0} ^ {1}", "a ^ b, bit by bit (integers and bool)",
             associative=True, commutative=True, identity=0.0, reduce_ref=_XOR[0], scan_ref=_XOR[1]),
     _binary("lt", torch.lt, "{0} < {1}", "a < b (bool)"),
     _binary("le", torch.le, "{0} <= {1}", "a <= b (bool)"),
