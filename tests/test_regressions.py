@@ -415,3 +415,10 @@ def test_library_on_integers_and_with_nothing_left_after_the_correction(device):
     assert math.isnan(L.var()(torch.randn(0, device=device)).item())
     assert L.var(correction=3)(torch.tensor([1.0, 2.0], device=device)).item() == math.inf
     assert math.isnan(L.var(correction=2)(torch.tensor([3.0], device=device)).item())
+
+
+def test_a_wrong_argument_count_in_a_text_lambda_points_at_the_call():
+    """Found by the hostile review: the ArityError pointed into lark's own files."""
+    with pytest.raises(tc.ArityError, match="tc.exp takes 1 argument") as info:
+        tc.parse("map x -> exp(x, x)")(torch.ones(2))
+    assert info.value.location.file == "<pipeline>" and info.value.location.column == 10

@@ -14,7 +14,7 @@ import math
 
 import lark
 
-from ..errors import ParseError, UnknownNameError
+from ..errors import ArityError, ParseError, UnknownNameError
 from ..scalar.ir import JitCall, JitRef
 from ..scalar.trace import Traced, is_jit_function, to_expr
 
@@ -55,7 +55,14 @@ class Expressions(lark.Transformer):
     def call(self, items):
         fn = self._callable(items[0])
         args = [a for a in items[1:] if a is not None]
-        return lambda scope: _call(fn, [a(scope) for a in args])
+        where = self._where(items[0])
+
+        def value(scope):
+            try:
+                return _call(fn, [a(scope) for a in args])
+            except ArityError as exc:  # located at the call in the text, not in this module
+                raise ArityError(exc.message, where) from None
+        return value
 
     def neg(self, items):
         (operand,) = items
