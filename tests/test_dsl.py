@@ -145,3 +145,22 @@ def test_lambda_errors_name_the_problem():
         tc.parse("zip_with (a, a) -> a")
     with pytest.raises(tc.UnknownNameError, match="unknown name 'exq'; did you mean .*exp"):
         tc.parse("map x -> exq(x)")
+
+
+@pytest.mark.parametrize("text", ["var(axis=1)", "std(axis=1, correction=0, keepdim=True)", "logsumexp(axis=-1)",
+                                  "norm(ord=inf, axis=1)", "map exp | logsumexp", "ema(alpha=0.5, axis=0)",
+                                  "softmax_denominators(axis=1)", "linear_recurrence(axis=0, reverse=True)"])
+def test_library_pipelines_by_name_in_text(text):
+    """tricomb.library's pipelines are stages of the text form, with their functions' arguments; what str()
+    prints of them parses back to the same pipeline."""
+    pipe = tc.parse(text)
+    assert tc.parse(str(pipe)).ir == pipe.ir
+
+
+def test_library_stage_results_and_errors(device):
+    x = torch.randn(5, 40, device=device) * 3
+    torch.testing.assert_close(tc.parse("var(axis=1)")(x).cpu(), x.cpu().var(1), rtol=1e-5, atol=1e-5)
+    with pytest.raises(tc.ParseError, match="'axes' is not an argument of var; var takes axis, keepdim"):
+        tc.parse("var(axes=1)")
+    with pytest.raises(tc.ParseError, match=r"alpha must be in \(0, 1\]"):
+        tc.parse("ema(alpha=2.0)")

@@ -7,6 +7,8 @@ while a Welford merge is associative only for counts that are not negative.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from . import api
 from .pipeline.operators import Laws, declare_laws
 from .scalar.trace import BUILTINS, to_function
@@ -33,9 +35,14 @@ def _welford(n1, mean1, m2_1, n2, mean2, m2_2):
     return n, mean1 + delta * share, m2_1 + m2_2 + delta * delta * n1 * share
 
 
-LINEAR = to_function(_linear, role="the linear recurrence operator")
-LOG_SUM_EXP = to_function(_log_sum_exp, role="the log-sum-exp operator")
-WELFORD = to_function(_welford, role="the Welford merge")
+def _operator(fn, role: str):
+    """The operator's Function, printed as a lambda (so ``str(pipe)`` of a library pipeline parses back)."""
+    return dataclasses.replace(to_function(fn, role=role), name="<lambda>")
+
+
+LINEAR = _operator(_linear, "the linear recurrence operator")
+LOG_SUM_EXP = _operator(_log_sum_exp, "the log-sum-exp operator")
+WELFORD = _operator(_welford, "the Welford merge")
 # (v, d) pairs compose affine maps h -> d * h + v: associative, not commutative (Blelloch 1990, section 1.4)
 declare_laws(LINEAR, (0.0, 1.0), Laws(True, False))
 # (max, sum of exp(x - max)): exp(a - m) * exp(m - M) = exp(a - M), so rescaling to the larger max is exact

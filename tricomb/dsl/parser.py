@@ -193,6 +193,27 @@ class _Build(Expressions):
         spec = SHORTHANDS[str(items[0])]
         return self._stage(spec.kind, meta, BUILTINS[spec.op], items[1] if len(items) > 1 else None, spec)
 
+    @lark.v_args(meta=True)
+    def library_stage(self, meta, items):
+        """A pipeline of :mod:`tricomb.library` by name: ``var(axis=1, correction=0)``; arguments as its
+        function's."""
+        import inspect
+        from .. import library
+        name, arguments = str(items[0]), (items[1] if len(items) > 1 else None) or []
+        fn = getattr(library, name)
+        allowed = list(inspect.signature(fn).parameters)
+        kwargs = {}
+        for name_token, value in arguments:
+            key = str(name_token)
+            if key not in allowed or key in kwargs:
+                problem = "is given twice" if key in kwargs else f"is not an argument of {name}"
+                raise ParseError(f"{key!r} {problem}; {name} takes {', '.join(allowed)}", self._where(name_token))
+            kwargs[key] = value
+        try:
+            return fn(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ParseError(f"{name}: {exc}", self._where(meta)) from None
+
     def pipeline(self, items):
         result = items[0]
         for stage in items[1:]:
