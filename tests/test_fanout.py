@@ -39,3 +39,15 @@ def test_fanout_errors_name_the_argument():
         tc.fanout(tc.mean(axis=1), tc.max(axis=1))
     with pytest.raises(tc.TricombError, match="two or more"):
         tc.fanout(tc.sum())
+
+
+def test_a_fanout_prints_as_text_that_parses_back(device):
+    """The map copying the input and the reduce of builtins per field print as lambdas; parsed back, the reduce
+    keeps torch's meaning per field (a sum of int32 is int64)."""
+    pipe = tc.fanout(tc.sum(axis=1), tc.max(axis=1), tc.any(axis=1))
+    again = tc.parse(str(pipe))
+    assert again.ir == pipe.ir
+    x = torch.randint(-5, 5, (3, 7), dtype=torch.int32, device=device)
+    total, high, some = again(x)
+    assert total.dtype == torch.int64 and torch.equal(total.cpu(), x.cpu().sum(1))
+    assert torch.equal(high.cpu(), x.cpu().amax(1)) and torch.equal(some.cpu(), x.cpu().any(1))

@@ -233,9 +233,10 @@ def fanout(*reduces: Pipeline) -> Pipeline:
         stages.append(stage)
     n = len(stages)
     specs = [operator_spec(s.op) for s in stages]
-    op = Function(2 * n, tuple(Call(spec.name, (Arg(j), Arg(n + j))) for j, spec in enumerate(specs)), "fanout",
+    # anonymous functions print as lambdas, so str() of a fanout parses back to the same pipeline
+    op = Function(2 * n, tuple(Call(spec.name, (Arg(j), Arg(n + j))) for j, spec in enumerate(specs)), "<lambda>",
                   where)
-    copies = Function(1, (Arg(0),) * n, "copies")
+    copies = Function(1, (Arg(0),) * n, "<lambda>")
     reduce_ = Reduce(op, stages[0].axis, stages[0].keepdim, identity=tuple(spec.identity for spec in specs),
                      location=where)
     return Pipeline(PipelineIR((Map(copies, where), reduce_)))
