@@ -63,9 +63,19 @@ def _cases() -> list[Case]:
         Case("P7", "map square | sum | map sqrt (bf16)", lambda: [_randn(N, dtype=torch.bfloat16)],
              lambda: tc.parse("map square | sum | map sqrt"), lambda x: torch.linalg.vector_norm(x),
              {}, ">= 1.0x compile"),
+        Case("P8", "logsumexp along rows (tuple reduce: online max and rescaled sum)", lambda: [_randn(32768, 8192)],
+             lambda: tc.library.logsumexp(axis=-1), lambda x: torch.logsumexp(x, -1), {}, ">= 1.0x compile"),
+        Case("P11", "drawdown: running max minus the input, max (scan then reduce)", lambda: [_randn(N)],
+             lambda: _drawdown(), lambda x: (torch.cummax(x, 0).values - x).max(), {}, ">= 1.5x compile"),
         Case("P12", "eight-op map/zip_with chain over 3 inputs", lambda: [_randn(N), _randn(N), _randn(N)],
              lambda: tc.zip_with(_chain), lambda a, b, c: _chain_torch(a, b, c), {}, ">= 0.95x compile, >= 0.9 C"),
     ] + _layout_cases()
+
+
+def _drawdown():
+    """The drawdown of one input: (running max, price) pairs scanned, the difference, its max; one kernel."""
+    running = tc.scan(lambda m1, p1, m2, p2: (tc.maximum(m1, m2), p2))  # p2: the later price (no identity)
+    return tc.map(lambda x: (x, x)) >> running >> tc.map(lambda m, p: m - p) >> tc.max()
 
 
 def _chain(a, b, c):
