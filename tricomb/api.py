@@ -43,11 +43,12 @@ class Pipeline:
     returns a tensor with torch's dtype and shape for the same computation. Compose with ``>>``.
     """
 
-    __slots__ = ("ir", "_cache")
+    __slots__ = ("ir", "_cache", "_named")
 
     def __init__(self, ir: PipelineIR):
         self.ir = verify(ir)
         self._cache: dict = {}
+        self._named = _named_result(self.ir)
 
     def __rshift__(self, other: "Pipeline") -> "Pipeline":
         if not isinstance(other, Pipeline):
@@ -67,11 +68,7 @@ class Pipeline:
 
     def __call__(self, *inputs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         result = launch.run(self.ir, self._cache, inputs, out)
-        last = self.ir.stages[-1]
-        if isinstance(last, Scan) and last.index:  # cummax/cummin: torch's named (values, indices) pair
-            named = torch.return_types.cummax if operator_spec(last.op).name == "maximum" else torch.return_types.cummin
-            return named(result)
-        return result
+        return result if self._named is None else self._named(result)
 
     def source(self, *inputs: torch.Tensor) -> str:
         """The emitted module (Python source) for inputs like ``inputs``: it defines ``launch(*inputs)``."""
@@ -104,6 +101,14 @@ def build_map(f, where) -> Pipeline:
 
 def build_zip_with(g, where) -> Pipeline:
     return Pipeline(PipelineIR((ZipWith(to_function(g, role="zip_with's function", location=where), where),)))
+
+
+def _named_result(ir: PipelineIR):
+    """torch's named pair type for a pipeline ending in cummax/cummin (values, indices), else None."""
+    last = ir.stages[-1]
+    if not (isinstance(last, Scan) and last.index):
+        return None
+    return torch.return_types.cummax if operator_spec(last.op).name == "maximum" else torch.return_types.cummin
 
 
 def build_reduce(op, axis, keepdim, mean: bool, where, dtype=None, index: bool = False,

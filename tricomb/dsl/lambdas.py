@@ -84,8 +84,9 @@ class Expressions(lark.Transformer):
     def param_list(self, items):
         return [t for t in items if t is not None]
 
-    def lambda_(self, params, body):
-        """A Python function of ``params`` (tokens) evaluating ``body``, for the tracer."""
+    def lambda_(self, items):
+        """A Python function of the parameters (tokens) evaluating the body, for the tracer."""
+        params, body = items
         names = [str(t) for t in params]
         for t in params:
             if keyword.iskeyword(str(t)) or str(t) in _CONSTANTS:

@@ -130,10 +130,6 @@ class _Build(Expressions):
     def inf_value(self, _): return float("inf")
     def neg_inf_value(self, _): return -float("inf")
 
-    def lambda_(self, items):
-        params, body = items
-        return super().lambda_(params, body)
-
     def _callable(self, token: lark.Token):
         """A name called inside a lambda: the ``env`` object itself (a Python function is traced inline, a
         ``@triton.jit`` one becomes a call of it), else a builtin."""
