@@ -19,6 +19,12 @@ settings.load_profile(os.environ.get("TRICOMB_HYPOTHESIS_PROFILE", "default"))
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+# One tile of 4 elements per program, the prefix found by the decoupled look-back over 2 predecessors at a time;
+# with PUBLISH_PREFIX off, every look-back walks back over aggregates to the row's start.
+LOOKBACK_TILES = {"BLOCK_K": 4, "LOOKBACK": True, "WINDOW": 2}
+LOOKBACK_AGGREGATES_ONLY = {**LOOKBACK_TILES, "WINDOW": 4, "PUBLISH_PREFIX": False}
+
+
 def one_launch(pipe, *inputs):
     """``pipe(*inputs)``, checked to be one Triton launch and no torch computation (counted on a second call: the
     first builds the kernel, which infers dtypes on small host tensors)."""

@@ -20,7 +20,7 @@ from tricomb.testing.strategies import (ALL_DTYPES, INDEX_REDUCTIONS, INT_DTYPES
                                         combines, dtypes, elementwise_cases, integer_pipelines_and_inputs,
                                         laid_out, pipelines_and_inputs, shapes, tensors)
 
-from conftest import DEVICES
+from conftest import DEVICES, LOOKBACK_TILES
 
 # The integer and per-dtype tests are quick (small kernels): they draw more examples than the profile's default.
 MORE = settings(max_examples=2 * settings.default.max_examples)
@@ -76,6 +76,13 @@ def test_random_pipelines_match_torch(case):
 def test_random_pipelines_match_torch_with_tiny_tiles(case):
     """Tiny tiles reach the multi-tile loops, the carried scan prefix, and split rows with the ticket."""
     _check(case, TINY_TILES)
+
+
+@given(pipelines_and_inputs(max_numel=1024))
+def test_random_pipelines_match_torch_with_look_back_scans(case):
+    """Scans with one tile per program, each tile's prefix found by the decoupled look-back (and a reduce fused
+    after a scan finished by the last program)."""
+    _check(case, {**TINY_TILES, **LOOKBACK_TILES})
 
 
 @MORE

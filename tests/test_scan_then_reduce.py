@@ -13,7 +13,7 @@ from tricomb.pipeline.evaluate import evaluate
 from tricomb.testing import assert_matches_torch, schedule_overrides
 from tricomb.testing.strategies import laid_out, shapes, tensors
 
-from conftest import DEVICES, one_launch
+from conftest import DEVICES, LOOKBACK_AGGREGATES_ONLY, LOOKBACK_TILES, one_launch
 
 DRAWDOWN = tc.scan(tc.maximum) >> tc.zip_with(tc.sub) >> tc.max()
 
@@ -25,7 +25,8 @@ def test_drawdown_of_a_series_isone_launch(device):
     assert got.shape == () and torch.equal(got.cpu(), want)
 
 
-@pytest.mark.parametrize("tiles", [{}, {"BLOCK_M": 2, "BLOCK_K": 4}], ids=["heuristic", "tiny-tiles"])
+@pytest.mark.parametrize("tiles", [{}, {"BLOCK_M": 2, "BLOCK_K": 4}, LOOKBACK_TILES, LOOKBACK_AGGREGATES_ONLY],
+                         ids=["heuristic", "tiny-tiles", "look-back", "look-back-over-aggregates"])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("exclusive", [False, True])

@@ -8,7 +8,9 @@ import torch
 import tricomb as tc
 from tricomb.testing import assert_matches_torch, count_launches, schedule_overrides
 
-TILES = [{}, {"BLOCK_M": 2, "BLOCK_K": 4}]
+from conftest import LOOKBACK_TILES
+
+TILES = [{}, {"BLOCK_M": 2, "BLOCK_K": 4}, LOOKBACK_TILES]
 
 
 def _exclusive(inclusive: torch.Tensor, axis: int, identity) -> torch.Tensor:
@@ -16,7 +18,7 @@ def _exclusive(inclusive: torch.Tensor, axis: int, identity) -> torch.Tensor:
     return torch.cat([first, inclusive.narrow(axis, 0, inclusive.shape[axis] - 1)], axis)
 
 
-@pytest.mark.parametrize("tiles", TILES, ids=["heuristic", "tiny-tiles"])
+@pytest.mark.parametrize("tiles", TILES, ids=["heuristic", "tiny-tiles", "look-back"])
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
 @pytest.mark.parametrize("axis", [0, 1])
@@ -79,3 +81,28 @@ def test_directions_print_and_parse_back():
     assert tc.parse(str(pipe)) == pipe
     with pytest.raises(tc.TricombError, match="reverse must be True or False"):
         tc.scan(tc.add, reverse=1)
+
+
+def test_look_back_stays_right_across_launches_and_tile_sizes(device):
+    """The look-back's status words are never cleared: a launch's epoch puts every word left by an earlier launch
+    (of any tile size, so of other tiles' layouts) below its own. Four launches alternate 4- and 8-element tiles,
+    with and without published prefixes, on the same module."""
+    x = torch.randn(3, 70, device=device)
+    pipe = tc.cumsum(axis=1)
+    want = torch.cumsum(x.cpu().double(), 1)
+    for tiles in [{"BLOCK_K": 4}, {"BLOCK_K": 8, "PUBLISH_PREFIX": False}, {"BLOCK_K": 4}, {"BLOCK_K": 8}]:
+        with schedule_overrides(**{**LOOKBACK_TILES, **tiles}), count_launches() as launches:
+            got = pipe(x)
+        assert launches.triton == 1
+        torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_look_back_over_several_rows_per_program(device):
+    """A column scan with the look-back: each program scans a tile of 4 rows by 4 elements; the rows' look-backs
+    run together and stop when every row has found a published prefix."""
+    x = torch.randn(45, 6, device=device)
+    with schedule_overrides(BLOCK_M=4, **LOOKBACK_TILES):
+        assert_matches_torch(tc.cumsum(axis=0), x)
+        assert_matches_torch(tc.cummax(axis=0, reverse=True), x)
+    with schedule_overrides(BLOCK_M=4, **LOOKBACK_TILES, PUBLISH_PREFIX=False):
+        assert_matches_torch(tc.cumprod(axis=0, exclusive=True), 1 + 0.01 * x)

@@ -1,7 +1,8 @@
 """Triton's own scan test set (python/test/unit/language/test_core.py, test_scan2d), each case one tricomb
 kernel: cumsum, cumprod, a first-element operator (associative, not commutative), the linear recurrence and
-cummax with its index, forward and reverse, along both axes of 2-D inputs. References: torch.cumsum,
-torch.cumprod and torch.cummax, and a sequential float64 loop for the rest."""
+cummax with its index, forward and reverse, along both axes of 2-D inputs, each with the heuristic plan and with
+one tile per program joined by the decoupled look-back. References: torch.cumsum, torch.cumprod and torch.cummax,
+and a sequential float64 loop for the rest."""
 import math
 
 import pytest
@@ -9,7 +10,9 @@ import torch
 
 import tricomb as tc
 
-from conftest import one_launch
+from tricomb.testing import schedule_overrides
+
+from conftest import LOOKBACK_AGGREGATES_ONLY, LOOKBACK_TILES, one_launch
 
 PAIRS = tc.zip_with(lambda a, b: (a, b))
 
@@ -42,6 +45,15 @@ AXES_AND_DIRECTIONS = [(axis, reverse) for axis in (0, 1) for reverse in (False,
 @pytest.fixture(params=[(16, 32), (33, 7), (5, 129)], ids=lambda s: f"{s[0]}x{s[1]}")
 def shape(request):
     return request.param
+
+
+@pytest.fixture(autouse=True, params=[{}, LOOKBACK_TILES, LOOKBACK_AGGREGATES_ONLY],
+                ids=["heuristic", "look-back", "look-back-over-aggregates"])
+def plan(request):
+    """Every test runs with the heuristic plan and with the look-back's (each tile's prefix from its newest
+    published prefix, or from aggregates alone)."""
+    with schedule_overrides(**request.param):
+        yield
 
 
 @pytest.mark.parametrize("axis,reverse", AXES_AND_DIRECTIONS)

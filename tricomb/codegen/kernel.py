@@ -2,7 +2,7 @@
 
 One emitter per concept: :func:`emit_offsets` (an index split over dimension groups into per-tensor
 offsets), :func:`emit_loads`, :func:`emit_stages` (map/zip_with bodies), :func:`store`, and the body of a map
-kernel; the reduce and scan bodies, which add a combine, are in :mod:`tricomb.codegen.combine`. Each emitted
+kernel; the reduce and scan bodies, which add a combine, are in :mod:`tricomb.codegen.combine` and :mod:`tricomb.codegen.fold`. Each emitted
 line that comes from a pipeline stage carries a comment naming that stage.
 """
 from __future__ import annotations
@@ -35,6 +35,10 @@ def kernel_parameters(p: KernelPlan) -> list[str]:
     if p.kind == "reduce":
         scratch = ["partials", "partial_index"] if p.index else fields("partials", p.width)
         params = params[:len(p.slots)] + scratch + ["tickets"] + params[len(p.slots):] + ["SPLIT", "CHUNK"]
+    if p.kind == "scan":
+        params += ["flags", "state"] + fields("aggregates", p.width) + fields("prefixes", p.width)
+        params += (fields("partials", p.reduce_view().width) + ["tickets"]) if p.then is not None else []
+        params += ["SPLIT"]
     params += [group_size(g) for g in groups]
     params += [group_stride(s, g) for s in p.slots for g in groups]
     if p.kind == "map":
@@ -43,6 +47,9 @@ def kernel_parameters(p: KernelPlan) -> list[str]:
         params += ["BLOCK_M: tl.constexpr", "BLOCK_K: tl.constexpr"]
     if p.kind == "reduce":
         params += ["SPLIT_BLOCK: tl.constexpr", "TICKET: tl.constexpr"]
+    if p.kind == "scan":
+        params += ["LOOKBACK: tl.constexpr", "WINDOW: tl.constexpr", "PUBLISH_PREFIX: tl.constexpr"]
+        params += ["SPLIT_BLOCK: tl.constexpr"] if p.then is not None else []
     params.append("WIDE: tl.constexpr")
     return params
 

@@ -13,16 +13,18 @@ from .kernel import fields, group_size, group_stride, kernel_parameters
 from .writer import Writer
 
 RUNTIME_HELPERS = '''
-_TICKETS = {}
+_ZEROED = {}
 _NUM_SMS = {}
 
 
-def _tickets(device, count):
-    """Zeroed int32 counters for the last-program tickets, kept per device; each kernel resets its own."""
-    have = _TICKETS.get(device)
+def _zeroed(device, use, count, dtype=torch.int32):
+    """A buffer of at least ``count`` words, zero when first made and kept per device and ``use``: the
+    last-program tickets (each kernel resets its own), the look-back's tile counter and epoch (reset and advanced
+    by each launch's last program), and its status words (which stale launches leave below the epoch's)."""
+    have = _ZEROED.get((device, use))
     if have is None or have.numel() < count:
-        have = torch.zeros(max(count, 64), dtype=torch.int32).to(device)
-        _TICKETS[device] = have
+        have = torch.zeros(max(count, 64), dtype=dtype).to(device)
+        _ZEROED[(device, use)] = have
     return have
 
 
@@ -169,6 +171,34 @@ def emit_launch(w: Writer, p: KernelPlan, kernel: str) -> None:
         w.line(f"return {result}")
 
 
+_SPLIT_BLOCK = "min(triton.next_power_of_2(split), 256)"
+
+
+def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
+    """A scan's scratch: with ``LOOKBACK``, per tile its status word, aggregate and inclusive prefix (and the
+    partials and tickets of a reduce fused after the scan); unused otherwise."""
+    names = fields("aggregates", p.width) + fields("prefixes", p.width)
+    dtypes = p.acc_dtypes * 2
+    if p.then is not None:
+        view = p.reduce_view()
+        names += fields("partials", view.width)
+        dtypes += view.acc_dtypes
+    with w.block("if cfg['LOOKBACK']:"):
+        w.comment("one tile per program; per tile a status word and the values it announces (decoupled look-back)")
+        w.line("split = triton.cdiv(K, cfg['BLOCK_K'])")
+        w.line("tiles = triton.cdiv(M, cfg['BLOCK_M']) * cfg['BLOCK_M'] * split")
+        w.line("flags = _zeroed(in0.device, 'flags', tiles, torch.int64)")
+        w.line("state = _zeroed(in0.device, 'state', 2, torch.int64)", comment="the tile counter and the epoch")
+        for name, dtype in zip(names, dtypes):
+            w.line(f"{name} = torch.empty(tiles, dtype={held_dtype(dtype)}, device=in0.device)")
+        if p.then is not None:
+            w.line("tickets = _zeroed(in0.device, 'tickets', triton.cdiv(M, cfg['BLOCK_M']))")
+    with w.block("else:"):
+        w.line("split = 1")
+        unused = ["flags", "state"] + names + (["tickets"] if p.then is not None else [])
+        w.line(f"{' = '.join(unused)} = {p.outputs[0].name}", comment="unused without LOOKBACK")
+
+
 def _emit_schedule_and_call(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     reduced = [g for g, grp in groups if grp.kind == "reduced"]
     inner = f"s_in0_{reduced[-1]} == 1" if reduced else "True"
@@ -177,7 +207,7 @@ def _emit_schedule_and_call(w: Writer, p: KernelPlan, kernel: str, groups) -> No
     elif p.kind == "reduce":
         w.line(f"cfg = schedule_reduce(M, K, {inner}, _num_sms(in0.device), interpret)")
     else:
-        w.line(f"cfg = schedule_scan(M, K, {inner}, interpret)")
+        w.line(f"cfg = schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret)")
     w.line("cfg.update(overrides)")
     args = kernel_parameters(p)
     values = {name: name for name in args}
@@ -197,14 +227,20 @@ def _emit_schedule_and_call(w: Writer, p: KernelPlan, kernel: str, groups) -> No
                 w.line(f"{buffer} = torch.empty(M * split, dtype={held_dtype(dtype)}, device=in0.device)")
             if p.index:
                 w.line("partial_index = torch.empty(M * split, dtype=torch.int64, device=in0.device)")
-            w.line("tickets = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']))")
+            w.line("tickets = _zeroed(in0.device, 'tickets', triton.cdiv(M, cfg['BLOCK_M']))")
         with w.block("else:"):
             scratch = ["partials", "partial_index"] if p.index else fields("partials", p.width)
             w.line(f"{' = '.join(scratch)} = tickets = {p.outputs[0].name}",
                    comment="unused without TICKET")
-        values.update({"SPLIT": "split", "CHUNK": "chunk", "SPLIT_BLOCK: tl.constexpr": "triton.next_power_of_2(split)",
+        values.update({"SPLIT": "split", "CHUNK": "chunk", "SPLIT_BLOCK: tl.constexpr": _SPLIT_BLOCK,
                        "TICKET: tl.constexpr": "split > 1"})
         grid = "(triton.cdiv(M, cfg['BLOCK_M']), split)"
+    if p.kind == "scan":
+        _emit_look_back_scratch(w, p)
+        values.update({"SPLIT": "split", "SPLIT_BLOCK: tl.constexpr": _SPLIT_BLOCK,
+                       "LOOKBACK: tl.constexpr": "cfg['LOOKBACK']", "WINDOW: tl.constexpr": "cfg['WINDOW']",
+                       "PUBLISH_PREFIX: tl.constexpr": "cfg['PUBLISH_PREFIX']"})
+        grid = "(triton.cdiv(M, cfg['BLOCK_M']) * split,)"
     positional = [values[a] for a in args if "constexpr" not in a]
     keywords = [f"{a.split(':')[0]}={values[a]}" for a in args if "constexpr" in a]
     call = f"{kernel}[{grid}]({', '.join(positional + keywords + ['num_warps=cfg[' + repr('num_warps') + ']'])})"

@@ -16,7 +16,8 @@ from ..scalar.builtins import HELPERS, helper_closure
 from ..scalar.inline import inline_jit_functions
 from ..scalar.ir import jit_functions
 from ..pipeline.ir import Map, ZipWith
-from .combine import emit_combine_function, emit_reduce_body, emit_scan_body
+from .combine import emit_reduce_body, emit_scan_body
+from .fold import emit_combine_function
 from .kernel import emit_map_body, kernel_parameters
 from .launcher import RUNTIME_HELPERS, emit_launch
 from .scalar import ScalarContext
@@ -24,7 +25,7 @@ from .writer import Names, Writer
 
 _SCHEDULES = {"map": schedule.schedule_map, "reduce": schedule.schedule_reduce, "scan": schedule.schedule_scan}
 _RESERVED = {"torch", "triton", "tl", "launch", "kernel", "combine", "schedule_map", "schedule_reduce",
-             "schedule_scan", "_tickets", "_num_sms", "_needs_int64", "_TICKETS", "_NUM_SMS", "libdevice",
+             "schedule_scan", "_zeroed", "_num_sms", "_needs_int64", "_ZEROED", "_NUM_SMS", "libdevice",
              "TC_COMPILED", "_check_inputs", "_check_layout", "InterpretedFunction",
              "_empty"}
 

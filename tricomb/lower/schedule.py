@@ -43,14 +43,23 @@ def schedule_reduce(M, K, inner, num_sms, interpret):
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": max(split, 1), "num_warps": warps}
 
 
-def schedule_scan(M, K, inner, interpret):
-    """Scan ``M`` rows of ``K`` elements: ``BLOCK_M`` rows per program, ``BLOCK_K`` elements per step."""
+def schedule_scan(M, K, inner, num_sms, interpret):
+    """Scan ``M`` rows of ``K`` elements: ``BLOCK_M`` rows per program, ``BLOCK_K`` elements per step.
+
+    When the row tiles are too few to fill the GPU and long, ``LOOKBACK`` gives each program one tile of
+    ``BLOCK_K`` elements, its prefix found by the decoupled look-back over ``WINDOW`` predecessors at a time;
+    ``PUBLISH_PREFIX`` off (tests only) makes every look-back walk back over aggregates to the row's start.
+    """
     limit = 1 << 16 if interpret else 4096
     k_pow = max(triton.next_power_of_2(max(K, 1)), 2)
+    look_back = {"LOOKBACK": False, "WINDOW": 32, "PUBLISH_PREFIX": True}
     if inner:
         block_k = min(k_pow, limit if interpret else 1024)
         block_m = max(min(limit // block_k, triton.next_power_of_2(max(M, 1)), 1 if not interpret else limit), 1)
     else:
         block_m = min(max(triton.next_power_of_2(max(M, 1)), 2), 64 if not interpret else limit // 16)
         block_k = max(min(k_pow, 16 if not interpret else limit // block_m), 2)
-    return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4}
+    if not interpret and triton.cdiv(M, block_m) < num_sms and K >= 16 * limit:
+        block_k = limit // block_m
+        return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 8, **look_back, "LOOKBACK": True}
+    return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back}

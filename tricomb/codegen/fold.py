@@ -1,0 +1,143 @@
+"""Folding values with a pipeline's operator: the emitted combine function, tile folds (tree or in order), the
+accumulator's types and identities, and the last program's in-order fold of partials from programs sharing a row.
+
+An operator on k-tuples has an accumulator of k fields, each in its own dtype and held in its own variable
+(``acc0``, ``acc1``, ...; plain ``acc`` for one field); Triton's ``tl.reduce`` and ``tl.associative_scan`` take
+the fields as a tuple and call the combine function with the left tuple's fields, then the right one's, which
+is the order of a tricomb operator's arguments.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..lower.fuse import KernelPlan
+from ..pipeline.ir import Reduce
+from ..scalar.dtypes import held_dtype
+from .kernel import fields
+from .scalar import ScalarContext, Value, emit_function, render_const, tl_dtype, to_integer, to_storage
+from .writer import Writer
+
+
+NO_INDEX = "9223372036854775807"  # int64 max: loses every tie, so masked lanes are never chosen
+
+
+def emit_combine_function(w: Writer, ctx: ScalarContext, name: str, p: KernelPlan) -> None:
+    """A ``@triton.jit`` function of two accumulator tuples (k fields each) applying the reduce/scan operator."""
+    left, right = fields("a", p.width), fields("b", p.width)
+    w.line("@triton.jit")
+    with w.block(f"def {name}({', '.join(left + right)}):"):
+        args = [Value(n, dtype) for n, dtype in zip(left + right, p.acc_dtypes * 2)]
+        results = emit_function(w, ctx, p.combine.op, args, "[1]")
+        w.line("return " + ", ".join(f"{r.text}.to({acc_type(p, j)})" for j, r in enumerate(results)))
+
+
+def acc_type(p: KernelPlan, j: int = 0) -> str:
+    """The ``tl`` dtype accumulator field ``j`` is held in."""
+    return tl_dtype(held_dtype(p.acc_dtypes[j]))
+
+
+def identity_text(p: KernelPlan, j: int = 0) -> str:
+    return render_const(p.identities[j])
+
+
+def packed(names: list[str]) -> str:
+    """The fields as one operand of tl.reduce / tl.associative_scan: a name, or a tuple of names."""
+    return names[0] if len(names) == 1 else f"({', '.join(names)})"
+
+
+def tile_reduce(ctx: ScalarContext, p: KernelPlan, tile: str, axis: int, combine: str) -> str:
+    """The expression folding ``tile`` (a name, or a tuple of field names) along ``axis`` with the operator."""
+    spec = p.operator
+    if spec is None or spec.tile_reduce is None:
+        return f"tl.reduce({tile}, {axis}, {combine})"
+    ctx.use_helpers([h for h in ("tc_max_over", "tc_min_over") if spec.tile_reduce.startswith(h)])
+    return spec.tile_reduce.format(tile, axis)
+
+
+def tile_scan(p: KernelPlan, tile: str, axis: int, combine: str) -> str:
+    """The expression scanning ``tile`` (a name, or a tuple of field names) along ``axis`` (inclusive)."""
+    spec = p.operator
+    if spec is None or spec.tile_scan is None or p.index_scan:
+        return f"tl.associative_scan({tile}, {axis}, {combine})"
+    return spec.tile_scan.format(tile, axis)
+
+
+def to_accumulator(ctx: ScalarContext, p: KernelPlan, value: Value, j: int = 0) -> str:
+    """Stream field ``j`` in its accumulator's dtype; through the stage's ``dtype=`` first, which rounds (or wraps)
+    as torch's conversion before the combine does (:func:`to_storage`). (``dtype=`` and NaN skipping come with
+    builtin operators only, so with one field.)"""
+    text = value.text
+    wanted = p.combine.dtype
+    skip_nan = isinstance(p.combine, Reduce) and p.combine.skip_nan
+    if skip_nan and value.dtype.is_floating_point:
+        # nansum: a NaN counts as 0, before any dtype= conversion (torch drops it first)
+        text = f"tc_nan_to({text}, 0.0)"
+        ctx.use_helpers(["tc_nan_to"])
+    if wanted is not None and wanted != value.dtype:
+        integral = not wanted.is_floating_point and wanted != torch.bool
+        text = to_integer(ctx, text, value.dtype, wanted) if integral else to_storage(ctx, text, wanted, value.dtype)
+    return f"{text}.to({acc_type(p, j)})"
+
+
+def masked_fields(ctx: ScalarContext, p: KernelPlan, values: list[Value], mask: str) -> list[str]:
+    """Each stream field in its accumulator dtype where ``mask`` holds, the field's identity elsewhere."""
+    return [f"tl.where({mask}, {to_accumulator(ctx, p, v, j)}, {identity_text(p, j)})" for j, v in enumerate(values)]
+
+
+def fold_in_order(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str], tiles: list[str], width: str,
+                   combine: str) -> None:
+    """For an operator that does not commute: ``accs`` (one value per row) combined with the tiles' elements in
+    order, as the tile's inclusive scan (which keeps the order) read at its last column."""
+    scanned = fields("in_order", p.width)
+    w.line(f"{', '.join(scanned)} = {tile_scan(p, packed(tiles), 1, combine)}",
+           comment="in order: the operator does not commute")
+    ctx.use_helpers(["tc_last"])
+    lasts = [f"tc_last({s}, {width}).to({acc_type(p, j)})" for j, s in enumerate(scanned)]
+    w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + lasts)})")
+
+
+def reduce_tile(ctx: ScalarContext, p: KernelPlan, tiles: list[str], combine: str) -> str:
+    """Fold the accumulator tiles (and ``<tile>_i``, the positions, for argmax/argmin) along axis 1."""
+    if p.index:
+        ctx.use_helpers([f"{combine[:-5]}_over"])
+        return f"{combine[:-5]}_over({tiles[0]}, {tiles[0]}_i, 1)"
+    return tile_reduce(ctx, p, packed(tiles), 1, combine)
+
+
+def emit_last_program(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, totals: list[str], part: str,
+                      ticket: str) -> None:
+    """``SPLIT`` programs share each row tile, program ``part`` of them holding ``totals``: each publishes its
+    partial, takes a ticket with an acquire-release atomic, and the program drawing the last ticket combines the
+    partials in index order, ``SPLIT_BLOCK`` at a time (so the result is the same from run to run), and resets
+    the ticket for the next launch. Sets ``keep``: the rows whose totals are final in this program."""
+    buffers, partials = fields("partials", p.width), fields("partial", p.width)
+    for buffer, value in zip(buffers, totals):
+        w.line(f"tl.store({buffer} + rows * SPLIT + {part}, {value}, mask=row_mask)")
+    if p.index:
+        w.line(f"tl.store(partial_index + rows * SPLIT + {part}, total_i, mask=row_mask)")
+    w.line("tl.debug_barrier()")
+    w.line(f'ticket = tl.atomic_add(tickets + {ticket}, 1, sem="acq_rel")')
+    w.line("keep = row_mask & (ticket == SPLIT - 1)")
+    for j, t in enumerate(totals):
+        w.line(f"{t} = tl.full([BLOCK_M], {identity_text(p, j)}, {acc_type(p, j)})")
+    if p.index:
+        w.line(f"total_i = tl.full([BLOCK_M], {NO_INDEX}, tl.int64)")
+    with w.block("for p0 in range(0, SPLIT, SPLIT_BLOCK):"):
+        w.line("parts = p0 + tl.arange(0, SPLIT_BLOCK)")
+        w.line("part_mask = keep[:, None] & (parts < SPLIT)[None, :]")
+        w.line("part_at = rows[:, None] * SPLIT + parts[None, :]")
+        for j, (buffer, partial) in enumerate(zip(buffers, partials)):
+            w.line(f'{partial} = tl.load({buffer} + part_at, mask=part_mask, other={identity_text(p, j)}, '
+                   'cache_modifier=".cg")')
+        if p.index:
+            w.line(f'partial_i = tl.load(partial_index + part_at, mask=part_mask, other={NO_INDEX}, '
+                   'cache_modifier=".cg")')
+            w.line(f"block, block_i = {reduce_tile(ctx, p, partials, combine)}")
+            w.line(f"total, total_i = {combine}(total, total_i, block, block_i)")
+        elif p.ordered:
+            fold_in_order(w, ctx, p, totals, partials, "SPLIT_BLOCK", combine)
+        else:
+            blocks = fields("block", p.width)
+            w.line(f"{', '.join(blocks)} = {reduce_tile(ctx, p, partials, combine)}")
+            w.line(f"{', '.join(totals)} = {combine}({', '.join(totals + blocks)})")
+    w.line(f"tl.atomic_xchg(tickets + {ticket}, 0, mask=ticket == SPLIT - 1)")

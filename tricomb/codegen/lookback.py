@@ -1,0 +1,93 @@
+"""Emitting the decoupled look-back: how a scan's tile finds the prefix of every tile before it in one pass.
+
+The algorithm is Merrill and Garland's, "Single-pass Parallel Prefix Scan with Decoupled Look-back" (NVIDIA
+technical report NVR-2016-002). Each tile of a row gets a status word in ``flags``:
+
+* below ``ready``: nothing published yet in this launch (words from earlier launches are smaller, because
+  ``ready`` grows with the launch's epoch, so the flags are never cleared between launches);
+* ``ready``: the tile's aggregate (its own elements folded) is in ``aggregates``;
+* ``ready + 1``: the tile's inclusive prefix (every element up to its end) is in ``prefixes``.
+
+A tile publishes its aggregate at once, then looks back over a window of ``WINDOW`` predecessors at a time: it
+waits until each has published something, folds in order the newest inclusive prefix and the aggregates after
+it, and stops at that prefix (or at the row's start); then it publishes its own inclusive prefix. Values are
+written before their status word (a CTA barrier, then a release), and read after it (an acquire, then a
+barrier), and an aggregate or a prefix is never overwritten within a launch, so a status word and the value it
+announces are always read together. A tile waits only on tiles numbered before it, which started before it.
+"""
+from __future__ import annotations
+
+from ..lower.fuse import KernelPlan
+from .fold import acc_type, identity_text, packed, tile_scan
+from .kernel import fields
+from .scalar import ScalarContext
+from .writer import Writer
+
+
+def _publish(w: Writer, p: KernelPlan, buffers: list[str], values: list[str], status: str) -> None:
+    """Store this tile's ``values`` (one per field) at ``slot``, then its status word."""
+    for buffer, value in zip(buffers, values):
+        w.line(f"tl.store({buffer} + slot, {value}, mask=row_mask)")
+    w.line("tl.debug_barrier()", comment="every thread's store is done before the status word is released")
+    w.line(f'tl.atomic_xchg(flags + slot, {status}, mask=row_mask, sem="release")')
+
+
+def _wait_for_window(w: Writer) -> None:
+    """``status``: the status words of the window's predecessors, once every one of them has published."""
+    read = 'tl.where(live, tl.atomic_add(flags + peers, 0, mask=live, sem="acquire"), ready)'
+    w.line(f"status = {read}")
+    w.line("waiting = tl.reduce(status, None, tl.standard._elementwise_min) < ready")
+    with w.block("while waiting:"):
+        w.comment("a predecessor has published nothing yet: it is running (it started first); read again")
+        w.line(f"status = {read}")
+        w.line("waiting = tl.reduce(status, None, tl.standard._elementwise_min) < ready")
+    w.line("tl.debug_barrier()", comment="the values announced are read after every status word")
+
+
+def _window_fold(w: Writer, p: KernelPlan, combine: str) -> list[str]:
+    """Each row's fold, in order, of the newest inclusive prefix in the window and the aggregates after it."""
+    w.line("newest = tl.reduce(tl.where(status == ready + 1, at[None, :], -1), 1, tl.standard._elementwise_max)",
+           comment="per row: the newest predecessor whose prefix is out (-1: none in the window)")
+    w.line("from_prefix = live & (at[None, :] == newest[:, None])")
+    w.line("from_aggregate = live & (at[None, :] > newest[:, None])")
+    parts, in_order, window = fields("part", p.width), fields("in_order", p.width), fields("window", p.width)
+    for j, (part, aggregates, prefixes) in enumerate(zip(parts, fields("aggregates", p.width),
+                                                          fields("prefixes", p.width))):
+        identity = identity_text(p, j)
+        w.line(f'{part} = tl.where(from_prefix, tl.load({prefixes} + peers, mask=from_prefix, other={identity}, '
+               f'cache_modifier=".cg"), tl.load({aggregates} + peers, mask=from_aggregate, other={identity}, '
+               'cache_modifier=".cg"))')
+    w.line(f"{', '.join(in_order)} = {tile_scan(p, packed(parts), 1, combine)}", comment="in order")
+    for j, (total, scanned) in enumerate(zip(window, in_order)):
+        w.line(f"{total} = tc_last({scanned}, WINDOW).to({acc_type(p, j)})")
+    return window
+
+
+def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, within: list[str]) -> None:
+    """Inside ``if LOOKBACK:``, with ``within`` the tile's inclusive scan (one name per field): set the carries
+    to the exclusive prefix of the tile (every element of the row before it) and publish the tile's inclusive
+    prefix (unless ``PUBLISH_PREFIX`` is off, which tests use to walk back over aggregates alone)."""
+    ctx.use_helpers(["tc_last"])
+    carries, aggregates = fields("carry", p.width), fields("aggregate", p.width)
+    w.comment("decoupled look-back (Merrill and Garland 2016): this tile's prefix from the tiles before it")
+    w.line("slot = rows * SPLIT + chunk")
+    for j, (aggregate, scanned) in enumerate(zip(aggregates, within)):
+        w.line(f"{aggregate} = tc_last({scanned}, BLOCK_K).to({acc_type(p, j)})")
+    _publish(w, p, fields("aggregates", p.width), aggregates, "ready")
+    w.line("done = (rows >= M) | (chunk == 0)")
+    w.line("look = chunk - 1", comment="the newest predecessor not yet folded")
+    with w.block("while look >= 0:"):
+        w.line("at = look - WINDOW + 1 + tl.arange(0, WINDOW)")
+        w.line("live = (done == 0)[:, None] & (at >= 0)[None, :]")
+        w.line("peers = rows[:, None] * SPLIT + at[None, :]")
+        _wait_for_window(w)
+        window = _window_fold(w, p, combine)
+        w.line(f"{', '.join(carries)} = {combine}({', '.join(window + carries)})",
+               comment="the window comes before what is folded so far")
+        w.line("done = done | (newest >= 0)")
+        w.line("finished = tl.reduce(done.to(tl.int32), None, tl.standard._elementwise_min) == 1")
+        w.line("look = tl.where(finished, -1, look - WINDOW)")
+    with w.block("if PUBLISH_PREFIX:"):
+        inclusive = fields("inclusive", p.width)
+        w.line(f"{', '.join(inclusive)} = {combine}({', '.join(carries + aggregates)})")
+        _publish(w, p, fields("prefixes", p.width), inclusive, "ready + 1")
