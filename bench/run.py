@@ -65,6 +65,12 @@ def _cases() -> list[Case]:
              {}, ">= 1.0x compile"),
         Case("P8", "logsumexp along rows (tuple reduce: online max and rescaled sum)", lambda: [_randn(32768, 8192)],
              lambda: tc.library.logsumexp(axis=-1), lambda x: torch.logsumexp(x, -1), {}, ">= 1.0x compile"),
+        Case("P9", "linear recurrence h = d*h + v along rows (tuple scan)",
+             lambda: [_randn(4096, 16384), torch.rand(4096, 16384, device="cuda")],
+             lambda: _recurrence(), _recurrence_torch, {}, ">= 1.2x compile"),
+        Case("P10", "linear recurrence, one long row (1-D tuple scan)",
+             lambda: [_randn(1 << 26), torch.rand(1 << 26, device="cuda")],
+             lambda: _recurrence(), _recurrence_torch, {}, ">= 0.75 C"),
         Case("P11", "drawdown: running max minus the input, max (scan then reduce)", lambda: [_randn(N)],
              lambda: _drawdown(), lambda x: (torch.cummax(x, 0).values - x).max(), {}, ">= 1.5x compile"),
         Case("P12", "eight-op map/zip_with chain over 3 inputs", lambda: [_randn(N), _randn(N), _randn(N)],
@@ -76,6 +82,20 @@ def _drawdown():
     """The drawdown of one input: (running max, price) pairs scanned, the difference, its max; one kernel."""
     running = tc.scan(lambda m1, p1, m2, p2: (tc.maximum(m1, m2), p2))  # p2: the later price (no identity)
     return tc.map(lambda x: (x, x)) >> running >> tc.map(lambda m, p: m - p) >> tc.max()
+
+
+def _recurrence():
+    """h[t] = d[t] * h[t-1] + v[t] along the last axis: the library's scan of (value, decay) pairs, keeping h."""
+    return tc.library.linear_recurrence() >> tc.map(lambda h, decays: h)
+
+
+def _recurrence_torch(v, d):
+    """torch's associative scan of the same pairs (Inductor lowers it to one Triton scan when compiled)."""
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    def combine(x, y):
+        return x[0] * y[1] + y[0], x[1] * y[1]
+    return associative_scan(combine, (v, d), dim=-1, combine_mode="pointwise")[0]
 
 
 def _chain(a, b, c):
