@@ -106,3 +106,19 @@ def test_look_back_over_several_rows_per_program(device):
         assert_matches_torch(tc.cummax(axis=0, reverse=True), x)
     with schedule_overrides(BLOCK_M=4, **LOOKBACK_TILES, PUBLISH_PREFIX=False):
         assert_matches_torch(tc.cumprod(axis=0, exclusive=True), 1 + 0.01 * x)
+
+
+@pytest.mark.parametrize("tiles", [LOOKBACK_TILES, {**LOOKBACK_TILES, "PUBLISH_PREFIX": False}],
+                         ids=["prefixes", "aggregates-only"])
+def test_look_back_packs_one_32_bit_field_with_its_status(tiles, device):
+    """One float32, int32 or bool field travels in the low half of its status word: negative int32 values,
+    infinities and NaN survive the packing, and bool values stay bools."""
+    x = torch.randn(2, 41, device=device)
+    x[0, 5], x[1, 17] = float("inf"), float("nan")
+    ints = torch.randint(-2**20, 2**20, (2, 41), dtype=torch.int32, device=device)
+    flags = torch.rand(2, 41, device=device) < 0.05
+    with schedule_overrides(**tiles):
+        assert_matches_torch(tc.cumsum(axis=1), x)
+        assert_matches_torch(tc.scan(tc.minimum, axis=1), x)
+        assert torch.equal(tc.cumsum(axis=1, dtype=torch.int32)(ints).cpu(), torch.cumsum(ints.cpu(), 1, dtype=torch.int32))
+        assert torch.equal(tc.scan(tc.logical_or, axis=1)(flags).cpu(), torch.cummax(flags.cpu().int(), 1).values.bool())

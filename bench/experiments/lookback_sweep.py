@@ -32,8 +32,8 @@ def main():
     print(f"copy: {copy:.3f} ms {2 * 4 * n / copy / 1e6:.0f} GB/s")
     print(f"torch.cumsum: {ms(lambda: torch.cumsum(x, 0)):.3f} ms")
     base = {"LOOKBACK": True, "BLOCK_M": 1}
-    configs = [{**base, "BLOCK_K": k, "num_warps": w, "WINDOW": 32} for k in (2048, 4096, 8192) for w in (4, 8, 16)]
-    configs += [{**base, "BLOCK_K": 4096, "num_warps": 8, "WINDOW": win} for win in (8, 64)]
+    configs = [{**base, "BLOCK_K": k, "num_warps": w, "WINDOW": 32} for k in (4096, 8192, 16384) for w in (4, 8, 16)]
+    configs += [{**base, "BLOCK_K": 8192, "num_warps": 8, "WINDOW": win} for win in (16, 64)]
     configs += [{}]
     pipe = tc.parse("map exp | cumsum")
     sweep("P4", pipe, [x], torch.cumsum(torch.exp(x).double(), 0), 8 * n, configs)
@@ -41,12 +41,14 @@ def main():
     rec = tc.library.linear_recurrence() >> tc.map(lambda h, decays: h)
     from torch._higher_order_ops.associative_scan import associative_scan
     want = associative_scan(lambda a, b: (a[0] * b[1] + b[0], a[1] * b[1]), (v, d), dim=-1)[0]
-    sweep("P10", rec, [v, d], want, 12 * (1 << 26), [{}, {**base, "BLOCK_K": 2048, "num_warps": 8},
-                                                      {**base, "BLOCK_K": 4096, "num_warps": 8}])
+    sweep("P10", rec, [v, d], want, 12 * (1 << 26), [{}, {**base, "BLOCK_K": 2048, "num_warps": 4},
+                                                      {**base, "BLOCK_K": 4096, "num_warps": 4},
+                                                      {**base, "BLOCK_K": 8192, "num_warps": 8}])
     running = tc.scan(lambda m1, p1, m2, p2: (tc.maximum(m1, m2), p2))
     dd = tc.map(lambda x: (x, x)) >> running >> tc.map(lambda m, p: m - p) >> tc.max()
     sweep("P11", dd, [x], (torch.cummax(x, 0).values - x).max(), 4 * n,
-          [{}, {**base, "BLOCK_K": 2048, "num_warps": 8}, {**base, "BLOCK_K": 4096, "num_warps": 8}])
+          [{}, {**base, "BLOCK_K": 2048, "num_warps": 4}, {**base, "BLOCK_K": 4096, "num_warps": 8},
+           {**base, "BLOCK_K": 8192, "num_warps": 8}])
 
 
 if __name__ == "__main__":

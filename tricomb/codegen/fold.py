@@ -122,7 +122,8 @@ def emit_last_program(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str
         w.line(f"{t} = tl.full([BLOCK_M], {identity_text(p, j)}, {acc_type(p, j)})")
     if p.index:
         w.line(f"total_i = tl.full([BLOCK_M], {NO_INDEX}, tl.int64)")
-    with w.block("for p0 in range(0, SPLIT, SPLIT_BLOCK):"):
+    w.line("parts_end = SPLIT * (ticket == SPLIT - 1).to(tl.int32)", comment="only the last program reads partials")
+    with w.block("for p0 in range(0, parts_end, SPLIT_BLOCK):"):
         w.line("parts = p0 + tl.arange(0, SPLIT_BLOCK)")
         w.line("part_mask = keep[:, None] & (parts < SPLIT)[None, :]")
         w.line("part_at = rows[:, None] * SPLIT + parts[None, :]")

@@ -10,53 +10,104 @@ technical report NVR-2016-002). Each tile of a row gets a status word in ``flags
 
 A tile publishes its aggregate at once, then looks back over a window of ``WINDOW`` predecessors at a time: it
 waits until each has published something, folds in order the newest inclusive prefix and the aggregates after
-it, and stops at that prefix (or at the row's start); then it publishes its own inclusive prefix. Values are
-written before their status word (a CTA barrier, then a release), and read after it (an acquire, then a
-barrier), and an aggregate or a prefix is never overwritten within a launch, so a status word and the value it
-announces are always read together. A tile waits only on tiles numbered before it, which started before it.
+it, and stops at that prefix (or at the row's start); then it publishes its own inclusive prefix. A tile waits
+only on tiles numbered before it, which started before it.
+
+A status word and the value it announces are always read together:
+
+* one field of 32 bits or fewer (a float32 or int32 sum, say) is packed with its status into one 64-bit word,
+  written and read in one access (the status in the high half, the value's bits in the low half);
+* wider or several fields are written to ``aggregates``/``prefixes`` before their status word (a CTA barrier,
+  then a release) and read after it (an acquire, then a barrier), and are never overwritten within a launch.
 """
 from __future__ import annotations
 
+import torch
+
 from ..lower.fuse import KernelPlan
+from ..scalar.dtypes import held_dtype
 from .fold import acc_type, identity_text, packed, tile_scan
 from .kernel import fields
 from .scalar import ScalarContext
 from .writer import Writer
 
 
+_LOW = "0xFFFFFFFF"
+
+
+def packs(p: KernelPlan) -> bool:
+    """Whether the scan's accumulator is one field of 32 bits or fewer, packed with its status in one word."""
+    return p.width == 1 and held_dtype(p.acc_dtype) in (torch.float32, torch.int32, torch.bool)
+
+
+def _bits(p: KernelPlan, value: str) -> str:
+    """The 64-bit word holding ``value``'s 32 bits in its low half."""
+    dtype = held_dtype(p.acc_dtype)
+    bits = {torch.float32: f"{value}.to(tl.int32, bitcast=True)", torch.int32: value,
+            torch.bool: f"{value}.to(tl.int32)"}[dtype]
+    return f"({bits}.to(tl.int64) & {_LOW})"
+
+
+def _unbits(p: KernelPlan, word: str) -> str:
+    """The value whose bits are the low half of ``word``."""
+    bits = f"({word} & {_LOW}).to(tl.int32)"
+    dtype = held_dtype(p.acc_dtype)
+    return {torch.float32: f"{bits}.to(tl.float32, bitcast=True)", torch.int32: bits,
+            torch.bool: f"({bits} != 0)"}[dtype]
+
+
 def _publish(w: Writer, p: KernelPlan, buffers: list[str], values: list[str], status: str) -> None:
-    """Store this tile's ``values`` (one per field) at ``slot``, then its status word."""
+    """Publish this tile's ``values`` (one per field) at ``slot`` with its status word."""
+    if packs(p):
+        w.line(f'tl.atomic_xchg(flags + slot, ({status}) << 32 | {_bits(p, values[0])}, mask=row_mask, '
+               'sem="relaxed")', comment="the status and the value in one word")
+        return
     for buffer, value in zip(buffers, values):
         w.line(f"tl.store({buffer} + slot, {value}, mask=row_mask)")
     w.line("tl.debug_barrier()", comment="every thread's store is done before the status word is released")
     w.line(f'tl.atomic_xchg(flags + slot, {status}, mask=row_mask, sem="release")')
 
 
-def _wait_for_window(w: Writer) -> None:
-    """``status``: the status words of the window's predecessors, once every one of them has published."""
-    read = 'tl.where(live, tl.atomic_add(flags + peers, 0, mask=live, sem="acquire"), ready)'
-    w.line(f"status = {read}")
-    w.line("waiting = tl.reduce(status, None, tl.standard._elementwise_min) < ready")
+def _wait_for_window(w: Writer, p: KernelPlan) -> None:
+    """``status``: the status words of the window's predecessors, once every one of them has published (and
+    ``words``, which hold their values too, when packed)."""
+    if packs(p):
+        reads = ["words = tl.load(flags + peers, mask=live, other=0, volatile=True)",
+                 "status = tl.where(live, words >> 32, ready)"]
+    else:
+        reads = ['status = tl.where(live, tl.atomic_add(flags + peers, 0, mask=live, sem="acquire"), ready)']
+    reads.append("waiting = tl.reduce(status, None, tl.standard._elementwise_min) < ready")
+    w.lines(reads)
     with w.block("while waiting:"):
         w.comment("a predecessor has published nothing yet: it is running (it started first); read again")
-        w.line(f"status = {read}")
-        w.line("waiting = tl.reduce(status, None, tl.standard._elementwise_min) < ready")
-    w.line("tl.debug_barrier()", comment="the values announced are read after every status word")
+        w.lines(reads)
+    if not packs(p):
+        w.line("tl.debug_barrier()", comment="the values announced are read after every status word")
 
 
-def _window_fold(w: Writer, p: KernelPlan, combine: str) -> list[str]:
-    """Each row's fold, in order, of the newest inclusive prefix in the window and the aggregates after it."""
-    w.line("newest = tl.reduce(tl.where(status == ready + 1, at[None, :], -1), 1, tl.standard._elementwise_max)",
-           comment="per row: the newest predecessor whose prefix is out (-1: none in the window)")
-    w.line("from_prefix = live & (at[None, :] == newest[:, None])")
-    w.line("from_aggregate = live & (at[None, :] > newest[:, None])")
-    parts, in_order, window = fields("part", p.width), fields("in_order", p.width), fields("window", p.width)
+def _window_parts(w: Writer, p: KernelPlan) -> list[str]:
+    """Per field, the window's values: the newest prefix, the aggregates after it, the identity elsewhere."""
+    if packs(p):
+        w.line(f"part = tl.where(from_prefix | from_aggregate, {_unbits(p, 'words')}, {identity_text(p)})")
+        return ["part"]
+    parts = fields("part", p.width)
     for j, (part, aggregates, prefixes) in enumerate(zip(parts, fields("aggregates", p.width),
                                                           fields("prefixes", p.width))):
         identity = identity_text(p, j)
         w.line(f'{part} = tl.where(from_prefix, tl.load({prefixes} + peers, mask=from_prefix, other={identity}, '
                f'cache_modifier=".cg"), tl.load({aggregates} + peers, mask=from_aggregate, other={identity}, '
                'cache_modifier=".cg"))')
+    return parts
+
+
+def _window_fold(w: Writer, p: KernelPlan, combine: str) -> list[str]:
+    """Each row's fold, in order, of the newest inclusive prefix in the window and the aggregates after it."""
+    w.line("newest = tl.reduce(tl.where(status == ready + 1, behind[None, :], -1), 1, tl.standard._elementwise_max)",
+           comment="per row: the newest predecessor whose prefix is out (-1: none in the window)")
+    w.line("from_prefix = live & (behind[None, :] == newest[:, None])")
+    w.line("from_aggregate = live & (behind[None, :] > newest[:, None])")
+    parts = _window_parts(w, p)
+    in_order, window = fields("in_order", p.width), fields("window", p.width)
     w.line(f"{', '.join(in_order)} = {tile_scan(p, packed(parts), 1, combine)}", comment="in order")
     for j, (total, scanned) in enumerate(zip(window, in_order)):
         w.line(f"{total} = tc_last({scanned}, WINDOW).to({acc_type(p, j)})")
@@ -77,10 +128,10 @@ def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, w
     w.line("done = (rows >= M) | (chunk == 0)")
     w.line("look = chunk - 1", comment="the newest predecessor not yet folded")
     with w.block("while look >= 0:"):
-        w.line("at = look - WINDOW + 1 + tl.arange(0, WINDOW)")
-        w.line("live = (done == 0)[:, None] & (at >= 0)[None, :]")
-        w.line("peers = rows[:, None] * SPLIT + at[None, :]")
-        _wait_for_window(w)
+        w.line("behind = look - WINDOW + 1 + tl.arange(0, WINDOW)")
+        w.line("live = (done == 0)[:, None] & (behind >= 0)[None, :]")
+        w.line("peers = rows[:, None] * SPLIT + behind[None, :]")
+        _wait_for_window(w, p)
         window = _window_fold(w, p, combine)
         w.line(f"{', '.join(carries)} = {combine}({', '.join(window + carries)})",
                comment="the window comes before what is folded so far")
