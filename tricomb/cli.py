@@ -146,11 +146,13 @@ def _run(args) -> int:
     from rich.console import Console
     from rich.table import Table
     from .pipeline.evaluate import evaluate
+    from .runtime.tuning import progress_bar
     from .testing import count_launches, mismatches, reference
     pipe = _pipeline(args)
     device = _device(args)
     inputs = _inputs(args, pipe, device)
-    result = pipe(*inputs)  # first call: emit, load, compile
+    with progress_bar():
+        result = pipe(*inputs)  # first call: emit, load, compile (and tune, for a large input on the GPU)
     with count_launches() as launches:
         result = pipe(*inputs)
     eager = evaluate(pipe.ir, inputs)

@@ -80,6 +80,7 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
         w.line(f"{acc} = tl.full({shape}, {identity_text(p, j)}, {acc_type(p, j)})")
     if p.index:
         w.line(f"acc_i = tl.full([BLOCK_M, BLOCK_K], {NO_INDEX}, tl.int64)")
+    w.line("CHUNK = ((K + SPLIT - 1) // SPLIT + BLOCK_K - 1) // BLOCK_K * BLOCK_K", comment="the part of K each of SPLIT programs reduces")
     w.line("k_start = pid_k * CHUNK")
     with w.block("for k0 in range(0, CHUNK, BLOCK_K):"):
         w.line("ks = k_start + k0 + tl.arange(0, BLOCK_K)")
@@ -152,6 +153,7 @@ def _scan_program(w: Writer) -> None:
         w.line("tl.atomic_xchg(state, 0, mask=last)")
         w.line("tl.atomic_xchg(state + 1, epoch + 1, mask=last)")
         w.line("ready = 2 * epoch + 2", comment="a tile's status word: ready (aggregate out), ready + 1 (prefix out)")
+        w.line("SPLIT = (K + BLOCK_K - 1) // BLOCK_K", comment="programs per row tile")
         w.line("pid = (tile_id // SPLIT).to(tl.int32)")
         w.line("chunk = (tile_id % SPLIT).to(tl.int32)")
     with w.block("else:"):

@@ -104,11 +104,14 @@ def reduce_tile(ctx: ScalarContext, p: KernelPlan, tiles: list[str], combine: st
     return tile_reduce(ctx, p, packed(tiles), 1, combine)
 
 
+_PARTS = 256  # partials the last program folds per step
+
+
 def emit_last_program(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, totals: list[str], part: str,
                       ticket: str) -> None:
     """``SPLIT`` programs share each row tile, program ``part`` of them holding ``totals``: each publishes its
     partial, takes a ticket with an acquire-release atomic, and the program drawing the last ticket combines the
-    partials in index order, ``SPLIT_BLOCK`` at a time (so the result is the same from run to run), and resets
+    partials in index order, ``_PARTS`` at a time (so the result is the same from run to run), and resets
     the ticket for the next launch. Sets ``keep``: the rows whose totals are final in this program."""
     buffers, partials = fields("partials", p.width), fields("partial", p.width)
     for buffer, value in zip(buffers, totals):
@@ -123,8 +126,8 @@ def emit_last_program(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str
     if p.index:
         w.line(f"total_i = tl.full([BLOCK_M], {NO_INDEX}, tl.int64)")
     w.line("parts_end = SPLIT * (ticket == SPLIT - 1).to(tl.int32)", comment="only the last program reads partials")
-    with w.block("for p0 in range(0, parts_end, SPLIT_BLOCK):"):
-        w.line("parts = p0 + tl.arange(0, SPLIT_BLOCK)")
+    with w.block(f"for p0 in range(0, parts_end, {_PARTS}):"):
+        w.line(f"parts = p0 + tl.arange(0, {_PARTS})")
         w.line("part_mask = keep[:, None] & (parts < SPLIT)[None, :]")
         w.line("part_at = rows[:, None] * SPLIT + parts[None, :]")
         for j, (buffer, partial) in enumerate(zip(buffers, partials)):
@@ -136,7 +139,7 @@ def emit_last_program(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str
             w.line(f"block, block_i = {reduce_tile(ctx, p, partials, combine)}")
             w.line(f"total, total_i = {combine}(total, total_i, block, block_i)")
         elif p.ordered:
-            fold_in_order(w, ctx, p, totals, partials, "SPLIT_BLOCK", combine)
+            fold_in_order(w, ctx, p, totals, partials, str(_PARTS), combine)
         else:
             blocks = fields("block", p.width)
             w.line(f"{', '.join(blocks)} = {reduce_tile(ctx, p, partials, combine)}")

@@ -34,11 +34,10 @@ def kernel_parameters(p: KernelPlan) -> list[str]:
         params += ["M", "K"]
     if p.kind == "reduce":
         scratch = ["partials", "partial_index"] if p.index else fields("partials", p.width)
-        params = params[:len(p.slots)] + scratch + ["tickets"] + params[len(p.slots):] + ["SPLIT", "CHUNK"]
+        params = params[:len(p.slots)] + scratch + ["tickets"] + params[len(p.slots):] + ["SPLIT"]
     if p.kind == "scan":
         params += ["flags", "state"] + fields("aggregates", p.width) + fields("prefixes", p.width)
         params += (fields("partials", p.reduce_view().width) + ["tickets"]) if p.then is not None else []
-        params += ["SPLIT"]
     params += [group_size(g) for g in groups]
     params += [group_stride(s, g) for s in p.slots for g in groups]
     if p.kind == "map":
@@ -46,10 +45,9 @@ def kernel_parameters(p: KernelPlan) -> list[str]:
     else:
         params += ["BLOCK_M: tl.constexpr", "BLOCK_K: tl.constexpr"]
     if p.kind == "reduce":
-        params += ["SPLIT_BLOCK: tl.constexpr", "TICKET: tl.constexpr"]
+        params += ["TICKET: tl.constexpr"]
     if p.kind == "scan":
         params += ["LOOKBACK: tl.constexpr", "WINDOW: tl.constexpr", "PUBLISH_PREFIX: tl.constexpr"]
-        params += ["SPLIT_BLOCK: tl.constexpr"] if p.then is not None else []
     params.append("WIDE: tl.constexpr")
     return params
 

@@ -15,6 +15,40 @@ from .writer import Writer
 RUNTIME_HELPERS = '''
 _ZEROED = {}
 _NUM_SMS = {}
+_TUNERS = {}
+TUNING = {"done": 0, "total": 0, "reporters": []}  # reporters(configs timed, configs): tricomb's progress bar
+
+
+def _tuning(interpret, numel, overrides):
+    """Whether Triton's autotuner picks this launch's tile and warps: on the GPU, for 2**22 elements or more
+    (where a kernel's time is worth seconds of tuning, once per size: the choice is cached on disk), unless
+    ``TRICOMB_AUTOTUNE=0`` or ``overrides`` fix the schedule."""
+    return not interpret and not overrides and numel >= 1 << 22 and os.environ.get("TRICOMB_AUTOTUNE", "1") != "0"
+
+
+def _start_tuning(configs, named_args, **kwargs):
+    TUNING["done"], TUNING["total"] = 0, len(configs)
+    return configs
+
+
+def _bench_config(fn, quantiles):
+    """Triton's do_bench for one config, after telling the reporters how far tuning has come."""
+    for report in TUNING["reporters"]:
+        report(TUNING["done"], TUNING["total"])
+    TUNING["done"] += 1
+    return triton.testing.do_bench(fn, quantiles=quantiles)
+
+
+def _tuner(space, key):
+    """Triton's autotuner over ``space`` (dicts of meta-parameters and ``num_warps``), keyed on the sizes ``key``;
+    its choice is cached on disk (``cache_results``), so a second process does not tune again."""
+    name = tuple(tuple(sorted(c.items())) for c in space)
+    if name not in _TUNERS:
+        configs = [triton.Config({k: v for k, v in c.items() if k != "num_warps"}, num_warps=c["num_warps"])
+                   for c in space]
+        _TUNERS[name] = triton.autotune(configs=configs, key=key, cache_results=True, do_bench=_bench_config,
+                                        prune_configs_by={"early_config_prune": _start_tuning})(kernel)
+    return _TUNERS[name]
 
 
 def _zeroed(device, use, count, dtype=torch.int32):
@@ -26,6 +60,45 @@ def _zeroed(device, use, count, dtype=torch.int32):
         have = torch.zeros(max(count, 64), dtype=dtype).to(device)
         _ZEROED[(device, use)] = have
     return have
+
+
+class _Launcher:
+    """One kernel launch with every argument fixed but the tensors of the slots. The first call goes through
+    Triton's ``kernel[grid](...)``, which binds the arguments, compiles (or tunes) and returns the compiled
+    kernel; later calls on the GPU hand the same arguments to that kernel's launcher directly, as Triton's own
+    ``run`` does after its cache lookup (arguments whose types and values cannot have changed are not bound
+    again). A launch hook (a profiler) or another current device takes Triton's path."""
+
+    def __init__(self, fn, grid, rest, meta, device):
+        self.fn, self.grid, self.rest, self.meta, self.device = fn, grid, rest, meta, device
+        self.compiled = None
+
+    def __call__(self, *slots):
+        compiled = self.compiled
+        if (compiled is not None and triton.knobs.runtime.launch_enter_hook is None
+                and torch.cuda.current_device() == self.device.index):
+            stream = triton.runtime.driver.active.get_current_stream(self.device.index)
+            compiled.run(*self.dims, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                         *slots, *self.tail)
+            return
+        if self.device.type != "cuda":
+            self.fn[self.grid](*slots, *self.rest, **self.meta)
+            return
+        with torch.cuda.device(self.device):
+            self._keep(self.fn[self.grid](*slots, *self.rest, **self.meta))
+
+    def _keep(self, compiled):
+        """Keep what the direct launch needs: the grid and every argument after the slots, in Triton's order."""
+        if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
+            return
+        chosen = getattr(self.fn, "best_config", None)
+        meta = {**self.meta, **(chosen.all_kwargs() if chosen is not None else {})}
+        jit = self.fn.fn if chosen is not None else self.fn
+        grid = tuple(self.grid(meta))
+        self.dims = grid + (1,) * (3 - len(grid))
+        positional = len(jit.arg_names) - len([a for a in jit.arg_names if a in meta])
+        self.tail = tuple(self.rest) + tuple(meta[a] for a in jit.arg_names[positional:])
+        self.compiled = compiled
 
 
 def _num_sms(device):
@@ -126,26 +199,39 @@ def _product(terms: list[str]) -> str:
 
 
 def emit_launch(w: Writer, p: KernelPlan, kernel: str) -> None:
-    """The ``launch`` function for plan ``p`` whose kernel is named ``kernel``."""
+    """``launch`` and ``prepare`` for plan ``p`` whose kernel is named ``kernel``."""
+    ins = ", ".join(s.name for s in p.inputs)
+    with w.block(f"def launch({ins}, *, out=None, _checked=False, **overrides):"):
+        kinds = ", ".join(str(s.dtype)[6:] for s in p.outputs)
+        w.line(f'"""{p.kind} kernel: returns new tensors ({kinds}), or fills ``out`` (a tensor, or a tuple of them for '
+               f'several results). ``overrides`` replace schedule entries."""')
+        w.line(f"return prepare({ins}, out=out, _checked=_checked, **overrides)({ins}, out=out)")
+    w.line()
+    w.line()
+    _emit_prepare(w, p, kernel)
+
+
+def _emit_prepare(w: Writer, p: KernelPlan, kernel: str) -> None:
     b = p.binding
     ins = [s.name for s in p.inputs]
     before = [s.name for s in p.inputs if not s.after]
     outs = [s.name for s in p.outputs]
     result = outs[0] if len(outs) == 1 else f"({', '.join(outs)},)"
-    with w.block(f"def launch({', '.join(ins)}, *, out=None, _checked=False, **overrides):"):
-        kinds = ", ".join(str(s.dtype)[6:] for s in p.outputs)
-        w.line(f'"""{p.kind} kernel: returns new tensors ({kinds}), or fills ``out`` (a tensor, or a tuple of them for '
-               f'several results). ``overrides`` replace schedule entries."""')
+    with w.block(f"def prepare({', '.join(ins)}, *, out=None, _checked=False, **overrides):"):
+        w.line('"""Everything about a launch that the inputs\' dtypes, shapes, strides and device fix (and ``out``\'s, '
+               'when given): returns ``run(*inputs, out=None)``, which launches on inputs laid out like these with '
+               'nothing recomputed."""')
         with w.block("if not _checked:"):
             w.line(f"_check_inputs(({', '.join(ins)},), {tuple(b.dtypes)!r}, {tuple(b.ranks)!r})")
         w.line(f"shape = torch.broadcast_shapes({', '.join(f'{n}.shape' for n in before)})")
         w.line(f"out_shape = {_out_shape(p)}")
-        with w.block("if out is None:"):
-            for slot, order, inputs in zip(p.outputs, b.out_orders, p.field_inputs):
-                w.line(f"{slot.name} = _empty({_field_shape(p, inputs)}, {order!r}, {slot.dtype}, in0.device)")
-        if len(outs) > 1:
-            with w.block("else:"):
-                w.line(f"{', '.join(outs)} = out")
+        w.line("device = in0.device")
+        with w.block("def new_outputs():"):
+            news = [f"_empty({_field_shape(p, inputs)}, {order!r}, {slot.dtype}, device)"
+                    for slot, order, inputs in zip(p.outputs, b.out_orders, p.field_inputs)]
+            w.line(f"return {news[0] if len(news) == 1 else '(' + ', '.join(news) + ',)'}")
+        w.line(f"{', '.join(outs)}{',' if len(outs) > 1 else ''} = new_outputs() if out is None else out",
+               comment="when new: a template, for the strides")
         for slot in p.slots:
             _strides_line(w, p, slot)
         groups = list(enumerate(b.groups))
@@ -160,23 +246,30 @@ def emit_launch(w: Writer, p: KernelPlan, kernel: str) -> None:
         w.line(f"M = {_product([group_size(g) for g, grp in groups if grp.kind == 'kept'])}")
         w.line(f"K = {_product([group_size(g) for g, grp in groups if grp.kind == 'reduced'])}")
         with w.block(f"if {outs[0]}.numel() == 0:"):
-            w.line(f"return {result}", comment="nothing to compute: launch no empty grid")
+            w.comment("nothing to compute: launch no empty grid")
+            w.line(f"return lambda {', '.join(ins)}, out=None: new_outputs() if out is None else out")
         w.line(f"wide = _needs_int64(shape, [{', '.join(f'st_{s.name}' for s in p.slots)}])")
         w.line("interpret = not in0.is_cuda")
         with w.block(f"if interpret and not isinstance({kernel}, InterpretedFunction):"):
             w.line('raise RuntimeError("launch: CPU tensors run through Triton\'s interpreter, which was off when this "')
             w.line('                   "module was imported; set TRITON_INTERPRET=1 before importing triton, or pass "')
             w.line('                   "CUDA tensors")')
-        _emit_schedule_and_call(w, p, kernel, groups)
-        w.line(f"return {result}")
+        _emit_schedule(w, p, kernel, groups)
+        with w.block(f"def run({', '.join(ins)}, out=None):"):
+            w.line(f"{', '.join(outs)}{',' if len(outs) > 1 else ''} = new_outputs() if out is None else out")
+            w.line(f"start({', '.join(s.name for s in p.slots)})")
+            w.line(f"return {result}")
+        w.line("run.launcher = start", comment="the launch itself, for tools that time it alone")
+        w.line("return run")
 
 
-_SPLIT_BLOCK = "min(triton.next_power_of_2(split), 256)"
+_TUNED = {"map": "BLOCK", "reduce": "BLOCK_K", "scan": "BLOCK_K"}  # the tile entry the autotuner varies, with warps
 
 
 def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
     """A scan's scratch: with ``LOOKBACK``, per tile its status word, aggregate and inclusive prefix (and the
-    partials and tickets of a reduce fused after the scan); unused otherwise."""
+    partials and tickets of a reduce fused after the scan), for the smallest tile the autotuner may choose;
+    unused otherwise."""
     names = fields("aggregates", p.width) + fields("prefixes", p.width)
     dtypes = p.acc_dtypes * 2
     if p.then is not None:
@@ -185,8 +278,7 @@ def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
         dtypes += view.acc_dtypes
     with w.block("if cfg['LOOKBACK']:"):
         w.comment("one tile per program; per tile a status word and the values it announces (decoupled look-back)")
-        w.line("split = triton.cdiv(K, cfg['BLOCK_K'])")
-        w.line("tiles = triton.cdiv(M, cfg['BLOCK_M']) * cfg['BLOCK_M'] * split")
+        w.line("tiles = triton.cdiv(M, cfg['BLOCK_M']) * cfg['BLOCK_M'] * triton.cdiv(K, min(c['BLOCK_K'] for c in space))")
         w.line("flags = _zeroed(in0.device, 'flags', tiles, torch.int64)")
         w.line("state = _zeroed(in0.device, 'state', 2, torch.int64)", comment="the tile counter and the epoch")
         for name, dtype in zip(names, dtypes):
@@ -194,12 +286,39 @@ def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
         if p.then is not None:
             w.line("tickets = _zeroed(in0.device, 'tickets', triton.cdiv(M, cfg['BLOCK_M']))")
     with w.block("else:"):
-        w.line("split = 1")
         unused = ["flags", "state"] + names + (["tickets"] if p.then is not None else [])
         w.line(f"{' = '.join(unused)} = {p.outputs[0].name}", comment="unused without LOOKBACK")
 
 
-def _emit_schedule_and_call(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
+def _emit_reduce_scratch(w: Writer, p: KernelPlan) -> None:
+    """A reduce's scratch when rows are split: a partial per (row, part) and a ticket per row tile."""
+    w.line("chunk = triton.cdiv(triton.cdiv(K, cfg['SPLIT']), cfg['BLOCK_K']) * cfg['BLOCK_K']")
+    w.line("split = triton.cdiv(K, chunk) if chunk else 1")
+    with w.block("if split > 1:"):
+        w.comment("split rows: partials per (row, split); tickets pick the program that finishes each row tile")
+        for buffer, dtype in zip(fields("partials", p.width), p.acc_dtypes):
+            w.line(f"{buffer} = torch.empty(M * split, dtype={held_dtype(dtype)}, device=in0.device)")
+        if p.index:
+            w.line("partial_index = torch.empty(M * split, dtype=torch.int64, device=in0.device)")
+        w.line("tickets = _zeroed(in0.device, 'tickets', triton.cdiv(M, cfg['BLOCK_M']))")
+    with w.block("else:"):
+        scratch = ["partials", "partial_index"] if p.index else fields("partials", p.width)
+        w.line(f"{' = '.join(scratch)} = tickets = {p.outputs[0].name}", comment="unused without TICKET")
+
+
+def _grid(p: KernelPlan) -> str:
+    """The launch grid as a function of the chosen meta-parameters (the autotuner's choice or the schedule's)."""
+    if p.kind == "map":
+        return "lambda meta: (triton.cdiv(M * K, meta['BLOCK']),)"
+    if p.kind == "reduce":
+        return "lambda meta: (triton.cdiv(M, meta['BLOCK_M']), split)"
+    return ("lambda meta: (triton.cdiv(M, meta['BLOCK_M'])"
+            " * (triton.cdiv(K, meta['BLOCK_K']) if meta['LOOKBACK'] else 1),)")
+
+
+def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
+    """The schedule (or the autotuner's space), the scratch, the grid and ``start``: the kernel's launch
+    with every argument but the slots' tensors fixed."""
     reduced = [g for g, grp in groups if grp.kind == "reduced"]
     inner = f"s_in0_{reduced[-1]} == 1" if reduced else "True"
     if p.kind == "map":
@@ -208,44 +327,27 @@ def _emit_schedule_and_call(w: Writer, p: KernelPlan, kernel: str, groups) -> No
         w.line(f"cfg = schedule_reduce(M, K, {inner}, _num_sms(in0.device), interpret)")
     else:
         w.line(f"cfg = schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret)")
+    tuned = _TUNED[p.kind]
+    w.line("tune = _tuning(interpret, M * K, overrides)")
     w.line("cfg.update(overrides)")
+    w.line(f"space = tuning_space(cfg, {tuned!r}) if tune else [cfg]")
     args = kernel_parameters(p)
     values = {name: name for name in args}
     values.update({"numel": "M * K", "WIDE: tl.constexpr": "wide"})
-    if p.kind == "map":
-        grid = "(triton.cdiv(M * K, cfg['BLOCK']),)"
-        values["BLOCK: tl.constexpr"] = "cfg['BLOCK']"
-    else:
-        values.update({"BLOCK_M: tl.constexpr": "cfg['BLOCK_M']", "BLOCK_K: tl.constexpr": "cfg['BLOCK_K']"})
-        grid = "(triton.cdiv(M, cfg['BLOCK_M']),)"
+    for name in ("BLOCK", "BLOCK_M", "BLOCK_K", "LOOKBACK", "WINDOW", "PUBLISH_PREFIX"):
+        values[f"{name}: tl.constexpr"] = f"cfg[{name!r}]"
     if p.kind == "reduce":
-        w.line("chunk = triton.cdiv(triton.cdiv(K, cfg['SPLIT']), cfg['BLOCK_K']) * cfg['BLOCK_K']")
-        w.line("split = triton.cdiv(K, chunk) if chunk else 1")
-        with w.block("if split > 1:"):
-            w.comment("split rows: partials per (row, split); tickets pick the program that finishes each row tile")
-            for buffer, dtype in zip(fields("partials", p.width), p.acc_dtypes):
-                w.line(f"{buffer} = torch.empty(M * split, dtype={held_dtype(dtype)}, device=in0.device)")
-            if p.index:
-                w.line("partial_index = torch.empty(M * split, dtype=torch.int64, device=in0.device)")
-            w.line("tickets = _zeroed(in0.device, 'tickets', triton.cdiv(M, cfg['BLOCK_M']))")
-        with w.block("else:"):
-            scratch = ["partials", "partial_index"] if p.index else fields("partials", p.width)
-            w.line(f"{' = '.join(scratch)} = tickets = {p.outputs[0].name}",
-                   comment="unused without TICKET")
-        values.update({"SPLIT": "split", "CHUNK": "chunk", "SPLIT_BLOCK: tl.constexpr": _SPLIT_BLOCK,
-                       "TICKET: tl.constexpr": "split > 1"})
-        grid = "(triton.cdiv(M, cfg['BLOCK_M']), split)"
+        _emit_reduce_scratch(w, p)
+        values.update({"SPLIT": "split", "TICKET: tl.constexpr": "split > 1"})
     if p.kind == "scan":
         _emit_look_back_scratch(w, p)
-        values.update({"SPLIT": "split", "SPLIT_BLOCK: tl.constexpr": _SPLIT_BLOCK,
-                       "LOOKBACK: tl.constexpr": "cfg['LOOKBACK']", "WINDOW: tl.constexpr": "cfg['WINDOW']",
-                       "PUBLISH_PREFIX: tl.constexpr": "cfg['PUBLISH_PREFIX']"})
-        grid = "(triton.cdiv(M, cfg['BLOCK_M']) * split,)"
     positional = [values[a] for a in args if "constexpr" not in a]
-    keywords = [f"{a.split(':')[0]}={values[a]}" for a in args if "constexpr" in a]
-    call = f"{kernel}[{grid}]({', '.join(positional + keywords + ['num_warps=cfg[' + repr('num_warps') + ']'])})"
-    with w.block("if interpret:"):
-        w.line(call)
-    with w.block("else:"):
-        with w.block("with torch.cuda.device(in0.device):"):
-            w.line(call)
+    fixed = [f"{a.split(':')[0]}={values[a]}" for a in args if "constexpr" in a and not a.startswith(tuned + ":")]
+    w.line(f"grid = {_grid(p)}")
+    w.line(f"rest = ({''.join(a + ', ' for a in positional[len(p.slots):])})")
+    w.line(f"meta = dict({', '.join(fixed)})")
+    with w.block("if not tune:"):
+        w.line(f"meta.update({tuned}=cfg[{tuned!r}], num_warps=cfg['num_warps'])")
+    key = ["numel"] if p.kind == "map" else ["M", "K"]
+    w.line(f"start = _Launcher(_tuner(space, {key!r}) if tune else {kernel}, grid, rest, meta, device)",
+           comment="tuned: Triton's autotuner, its choice cached on disk")

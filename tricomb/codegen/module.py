@@ -27,7 +27,8 @@ _SCHEDULES = {"map": schedule.schedule_map, "reduce": schedule.schedule_reduce, 
 _RESERVED = {"torch", "triton", "tl", "launch", "kernel", "combine", "schedule_map", "schedule_reduce",
              "schedule_scan", "_zeroed", "_num_sms", "_needs_int64", "_ZEROED", "_NUM_SMS", "libdevice",
              "TC_COMPILED", "_check_inputs", "_check_layout", "InterpretedFunction",
-             "_empty"}
+             "_empty", "os", "tuning_space", "_TUNERS", "TUNING", "_tuning", "_start_tuning", "_bench_config", "_tuner",
+             "grid", "args", "cfg", "space", "tune", "prepare", "_Launcher"}
 
 
 def _functions(p: KernelPlan):
@@ -75,7 +76,7 @@ def emit_module(p: KernelPlan) -> str:
     w.line("tensors, import this module with Triton's interpreter on (TRITON_INTERPRET=1 set before importing")
     w.line("triton).")
     w.line('"""')
-    w.lines(["import torch", "import triton", "import triton.language as tl",
+    w.lines(["import os", "", "import torch", "import triton", "import triton.language as tl", "import triton.testing",
              "from triton.runtime.interpreter import InterpretedFunction"] + inlined.imports)
     if inlined.constants:
         w.line()
@@ -95,6 +96,9 @@ def emit_module(p: KernelPlan) -> str:
     w.line()
     w.line()
     w.raw(inspect.getsource(_SCHEDULES[p.kind]))
+    w.line()
+    w.line()
+    w.raw(inspect.getsource(schedule.tuning_space))
     w.line()
     w.raw(RUNTIME_HELPERS)
     w.line()

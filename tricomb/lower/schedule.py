@@ -63,3 +63,10 @@ def schedule_scan(M, K, inner, num_sms, interpret):
         block_k = limit // block_m
         return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 8, **look_back, "LOOKBACK": True}
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back}
+
+
+def tuning_space(cfg, entry):
+    """What Triton's autotuner times, around the heuristic's choice ``cfg``: the tile entry ``entry`` halved,
+    kept and doubled, each with 4 and 8 warps (six configs)."""
+    size = cfg[entry]
+    return [{entry: s, "num_warps": w} for s in (size // 2, size, size * 2) for w in (4, 8) if s >= 16]

@@ -18,6 +18,8 @@ from types import ModuleType
 
 import triton
 
+from . import tuning
+
 _LOADED: dict[tuple[str, bool], ModuleType] = {}
 
 
@@ -54,5 +56,6 @@ def load_module(source: str, interpret: bool) -> ModuleType:
         triton.knobs.runtime.interpret = interpret
         sys.modules[name] = module
         spec.loader.exec_module(module)
+    module.TUNING["reporters"] = tuning.REPORTERS  # the CLI's progress bar sees every kernel's tuning
     _LOADED[key] = module
     return module

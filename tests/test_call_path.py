@@ -1,0 +1,117 @@
+"""The call path: a call like an earlier one goes straight to the prepared launch (no binding, planning or
+argument computation); anything that could change the kernel or its arguments takes the full path. Also the
+emitted module's own ``prepare``, and the progress reporter of Triton's autotuner."""
+import torch
+
+import tricomb as tc
+import tricomb.runtime.launch as launch
+from tricomb.runtime import tuning
+from tricomb.testing import schedule_overrides
+
+
+class _CountBinds:
+    def __init__(self, monkeypatch):
+        self.count = 0
+        real = launch.bind
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return real(*args, **kwargs)
+        monkeypatch.setattr(launch, "bind", counted)
+
+
+def test_a_repeated_call_skips_binding_and_stays_right(monkeypatch, device):
+    binds = _CountBinds(monkeypatch)
+    pipe = tc.parse("map softplus | sum(axis=-1)")
+    x = torch.randn(6, 40, device=device)
+    first = pipe(x)
+    assert binds.count == 1
+    y = torch.randn(6, 40, device=device)  # new data, same layout
+    got = pipe(y)
+    assert binds.count == 1
+    torch.testing.assert_close(got.cpu(), torch.nn.functional.softplus(y.cpu()).sum(-1), rtol=1e-5, atol=1e-5)
+    assert not torch.equal(first.cpu(), got.cpu())
+
+
+def test_shape_stride_alignment_dtype_and_default_dtype_each_take_the_full_path(monkeypatch, device):
+    """Each of these can change the kernel or its arguments, so each is bound and prepared anew."""
+    binds = _CountBinds(monkeypatch)
+    pipe = tc.map(lambda a: a * 0.5 + 1)
+    x = torch.randn(8, 16, device=device)
+    calls = [x, torch.randn(8, 17, device=device), x.t(), x.reshape(-1)[1:],  # shape, strides, alignment
+             x.double()]
+    for t in calls:
+        torch.testing.assert_close(pipe(t).cpu(), t.cpu() * 0.5 + 1)
+    assert binds.count == len(calls)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert pipe(torch.arange(3, device=device)).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(old)
+    assert binds.count == len(calls) + 1
+
+
+def test_out_and_overrides_always_take_the_full_path(monkeypatch, device):
+    binds = _CountBinds(monkeypatch)
+    pipe = tc.cumsum()
+    x = torch.randn(50, device=device)
+    out = torch.empty_like(x)
+    for _ in range(2):
+        assert pipe(x, out=out) is out
+        with schedule_overrides(BLOCK_K=4):
+            torch.testing.assert_close(pipe(x).cpu(), torch.cumsum(x.cpu(), 0), rtol=1e-5, atol=1e-5)
+    assert binds.count == 4
+    torch.testing.assert_close(out.cpu(), torch.cumsum(x.cpu(), 0), rtol=1e-5, atol=1e-5)
+
+
+def test_emitted_prepare_returns_a_launch_for_inputs_laid_out_alike(device):
+    x = torch.randn(5, 30, device=device)
+    source = tc.parse("map exp | sum(axis=1)").source(x)
+    assert "def prepare(in0, *, out=None" in source and "return run" in source
+    from tricomb.runtime.loader import load_module
+    module = load_module(source, interpret=device == "cpu")
+    run = module.prepare(x)
+    for t in (x, torch.randn(5, 30, device=device)):
+        torch.testing.assert_close(run(t).cpu(), t.cpu().exp().sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_the_progress_reporter_draws_only_after_its_delay():
+    """The CLI's bar: nothing for tuning that ends before the delay; a bar (and no error) once it passes."""
+    quick = tuning._Bar(after_s=60.0)
+    for done in range(3):
+        quick(done, 3)
+    assert quick.progress is None
+    slow = tuning._Bar(after_s=0.0)
+    slow(0, 2)
+    slow(1, 2)
+    assert slow.progress is not None
+    slow.close()
+    with tuning.progress_bar():
+        assert len(tuning.REPORTERS) == 1
+    assert tuning.REPORTERS == []
+
+
+_NEW_PROCESS = """
+import sys
+import torch
+import tricomb as tc
+x = torch.arange(4096, dtype=torch.float32) / 4096
+got = tc.parse("map softplus | sum")(x)
+assert torch.allclose(got, torch.nn.functional.softplus(x).sum(), rtol=1e-5), got
+print("bound" if "torch._dynamo" in sys.modules else "from the index")
+"""
+
+
+def test_a_new_process_finds_its_kernel_in_the_disk_index(tmp_path):
+    """The first process binds, plans and emits (its meta evaluation imports torch._dynamo); a second process with
+    the same cache directory and inputs of the same layout loads the module from the index and does none of it."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "TRICOMB_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", _NEW_PROCESS], env=env, capture_output=True, text=True,
+                           timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert [r.stdout.strip() for r in runs] == ["bound", "from the index"]

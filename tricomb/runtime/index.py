@@ -1,0 +1,73 @@
+"""The disk index: which emitted module runs a pipeline on inputs of one exact layout, across processes.
+
+Binding a pipeline evaluates it on meta tensors, and the first such evaluation in a process imports parts of
+torch (``torch._dynamo``, through torch's Python references) that take about a second. A later process that
+calls the same pipeline on inputs of the same dtypes, shapes, strides, device and alignment finds the module's
+file here and skips binding, planning and emitting; Triton's own cache then holds the compiled kernel.
+
+An entry is named by a SHA-256 digest of everything that decides the module: tricomb's, torch's and Triton's
+versions, the pipeline's IR (its ``repr``: stages, traced scalar functions, constants, axes), the
+``cache_key`` of every user ``@triton.jit`` function it calls (Triton's hash of the source and its
+dependencies), the inputs' :func:`~tricomb.runtime.launch.fast_key` and torch's default dtype. What cannot be
+named stably (an object's address in a ``repr``) only makes the digest differ: a miss, never a wrong module.
+Entries are written atomically beside the modules, under ``$TRICOMB_CACHE_DIR/index``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from types import ModuleType
+
+import torch
+import triton
+
+from .._version import __version__
+from ..pipeline.ir import Map, PipelineIR, ZipWith
+from ..scalar.ir import jit_functions
+from .loader import cache_dir, load_module, write_module
+
+
+def _digest(pipeline: PipelineIR, key) -> str:
+    inputs, default = key
+    jit = []
+    for stage in pipeline.stages:
+        fn = stage.fn if isinstance(stage, (Map, ZipWith)) else stage.op
+        jit += [ref.fn.cache_key for ref in jit_functions(fn)]
+    layout = [(str(dtype), tuple(shape), tuple(stride), str(device), align) for dtype, shape, stride, device, align
+              in inputs]
+    text = repr((__version__, torch.__version__, triton.__version__, repr(pipeline), jit, layout, str(default)))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _path(pipeline: PipelineIR, key):
+    folder = cache_dir() / "index"
+    folder.mkdir(exist_ok=True)
+    return folder / _digest(pipeline, key)
+
+
+def find(pipeline: PipelineIR, key) -> tuple[ModuleType, bool] | None:
+    """The module entered for ``pipeline`` on inputs of ``key`` and whether it runs interpreted, or None."""
+    try:
+        path = _path(pipeline, key)
+        if not path.exists():
+            return None
+        name, mode = path.read_text().split()
+        source = (cache_dir() / name).read_text()
+    except (OSError, ValueError):  # unreadable or half-removed: build it again
+        return None
+    interpret = mode == "interpreted"
+    return load_module(source, interpret), interpret
+
+
+def enter(pipeline: PipelineIR, key, source: str, interpret: bool) -> None:
+    """Record that ``source`` (already written by the loader) runs ``pipeline`` on inputs of ``key``."""
+    try:
+        name = write_module(source).name
+        path = _path(pipeline, key)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_")
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{name} {'interpreted' if interpret else 'compiled'}\n")
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache: every process builds its own
+        return
