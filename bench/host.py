@@ -92,8 +92,8 @@ print(imported - start, done - imported)
 
 def first_call_new_process() -> dict:
     with tempfile.TemporaryDirectory() as tricomb_cache, tempfile.TemporaryDirectory() as triton_cache:
-        env = {**os.environ, "TRICOMB_CACHE_DIR": tricomb_cache, "TRITON_CACHE_DIR": triton_cache,
-               "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        path = os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])
+        env = {**os.environ, "TRICOMB_CACHE_DIR": tricomb_cache, "TRITON_CACHE_DIR": triton_cache, "PYTHONPATH": path}
         runs = []
         for _ in range(3):
             out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=True)
@@ -109,8 +109,10 @@ def main() -> None:
     parser.add_argument("--commit", default="unknown")
     args = parser.parse_args()
     result = {"gpu": torch.cuda.get_device_name(), "commit": args.commit, "torch": torch.__version__,
-              "triton": triton.__version__, "host_us_per_call": host_overhead(), **first_call_warm_process(),
-              **first_call_new_process()}
+              "triton": triton.__version__, "host_us_per_call": host_overhead()}
+    print(json.dumps(result, indent=2), flush=True)
+    result.update(first_call_warm_process())
+    result.update(first_call_new_process())
     print(json.dumps(result, indent=2))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

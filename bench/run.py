@@ -219,17 +219,22 @@ def main() -> None:
               "commit": args.commit, "torch": torch.__version__, "triton": triton.__version__,
               "python": platform.python_version(), **ceilings(), "cases": []}
     print(f"{gpu}: C = {result['C_GBps']:.0f} GB/s, R = {result['R_GBps']:.0f} GB/s", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = gpu.lower().replace("nvidia ", "").replace(" ", "-")
     for case in _cases():
         if args.cases and case.name not in args.cases:
             continue
         result["cases"].append(run_case(case, result["C_GBps"]))
         torch.cuda.empty_cache()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = gpu.lower().replace("nvidia ", "").replace(" ", "-")
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
-    (out / f"{stem}.md").write_text(markdown(result))
+        (out / f"{stem}.json").write_text(json.dumps(result, indent=2))  # after each case: a partial run is kept
+        (out / f"{stem}.md").write_text(markdown(result))
     print(markdown(result))
+    try:
+        from chart import chart
+        chart(out / f"{stem}.json")
+    except ImportError:
+        print(f"no matplotlib here: draw the chart with python bench/chart.py {out / stem}.json")
 
 
 if __name__ == "__main__":
