@@ -122,3 +122,15 @@ def test_look_back_packs_one_32_bit_field_with_its_status(tiles, device):
         assert_matches_torch(tc.scan(tc.minimum, axis=1), x)
         assert torch.equal(tc.cumsum(axis=1, dtype=torch.int32)(ints).cpu(), torch.cumsum(ints.cpu(), 1, dtype=torch.int32))
         assert torch.equal(tc.scan(tc.logical_or, axis=1)(flags).cpu(), torch.cummax(flags.cpu().int(), 1).values.bool())
+
+
+def test_look_back_is_not_used_when_a_row_fits_one_tile(device):
+    """A rank-0 scan (one element) with the look-back asked for: one tile per row has nothing to look back at, so
+    the plan scans in place (compiled, this kernel crashed Triton 3.6's coalescing pass)."""
+    pipe = tc.parse("zip_with maximum | scan minimum(axis=0, reverse=True) | zip_with add | map square")
+    a = torch.tensor(1.5, dtype=torch.float64, device=device)
+    b = torch.tensor(3, dtype=torch.uint8, device=device)
+    c = torch.tensor(-2, dtype=torch.int8, device=device)
+    with schedule_overrides(**LOOKBACK_TILES):
+        assert pipe(a, b, c).item() == 1.0  # (max(1.5, 3) - 2) ** 2
+        assert_matches_torch(tc.cumsum(axis=1), torch.randn(5, 3, device=device))

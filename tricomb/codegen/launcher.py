@@ -62,6 +62,12 @@ def _zeroed(device, use, count, dtype=torch.int32):
     return have
 
 
+def _no_hooks():
+    """No launch hook is set (a hook is None, or an empty chain of them in newer Triton)."""
+    runtime = triton.knobs.runtime
+    return all(h is None or not getattr(h, "calls", True) for h in (runtime.launch_enter_hook, runtime.launch_exit_hook))
+
+
 class _Launcher:
     """One kernel launch with every argument fixed but the tensors of the slots. The first call goes through
     Triton's ``kernel[grid](...)``, which binds the arguments, compiles (or tunes) and returns the compiled
@@ -75,8 +81,7 @@ class _Launcher:
 
     def __call__(self, *slots):
         compiled = self.compiled
-        if (compiled is not None and triton.knobs.runtime.launch_enter_hook is None
-                and torch.cuda.current_device() == self.device.index):
+        if compiled is not None and _no_hooks() and torch.cuda.current_device() == self.device.index:
             stream = triton.runtime.driver.active.get_current_stream(self.device.index)
             compiled.run(*self.dims, stream, compiled.function, compiled.packed_metadata, None, None, None,
                          *slots, *self.tail)
@@ -139,6 +144,20 @@ def _check_layout(shape, strides, groups):
                          "from those the module was generated for; emit a module for them with pipe.source(...)")
 
 
+def _broadcast(*shapes):
+    """The broadcast of ``shapes`` by torch's rule (align right; sizes equal, or 1). torch.broadcast_shapes
+    gives the same, but its first call imports sympy (seconds), which a new process would pay on its first
+    launch."""
+    rank = max(len(s) for s in shapes)
+    result = [1] * rank
+    for s in shapes:
+        for d, n in enumerate(s, rank - len(s)):
+            if n != 1 and result[d] not in (1, n):
+                raise ValueError(f"launch: shapes {[tuple(x) for x in shapes]} do not broadcast")
+            result[d] = n if n != 1 else result[d]
+    return torch.Size(result)
+
+
 def _needs_int64(shape, strides):
     """True when an element index or offset can pass 2**31 - 1."""
     limit = 2**31 - 1
@@ -191,7 +210,7 @@ def _field_shape(p: KernelPlan, inputs: frozenset[int]) -> str:
     before = frozenset(i for i, s in enumerate(p.inputs) if not s.after)
     if p.kind != "map" or inputs == before:
         return "out_shape"
-    return f"torch.broadcast_shapes({', '.join(f'{p.inputs[i].name}.shape' for i in sorted(inputs))})"
+    return f"_broadcast({', '.join(f'{p.inputs[i].name}.shape' for i in sorted(inputs))})"
 
 
 def _product(terms: list[str]) -> str:
@@ -223,7 +242,7 @@ def _emit_prepare(w: Writer, p: KernelPlan, kernel: str) -> None:
                'nothing recomputed."""')
         with w.block("if not _checked:"):
             w.line(f"_check_inputs(({', '.join(ins)},), {tuple(b.dtypes)!r}, {tuple(b.ranks)!r})")
-        w.line(f"shape = torch.broadcast_shapes({', '.join(f'{n}.shape' for n in before)})")
+        w.line(f"shape = _broadcast({', '.join(f'{n}.shape' for n in before)})")
         w.line(f"out_shape = {_out_shape(p)}")
         w.line("device = in0.device")
         with w.block("def new_outputs():"):
@@ -331,6 +350,8 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     w.line("tune = _tuning(interpret, M * K, overrides)")
     w.line("cfg.update(overrides)")
     w.line(f"space = tuning_space(cfg, {tuned!r}) if tune else [cfg]")
+    if p.kind == "scan":
+        w.line("cfg['LOOKBACK'] = cfg['LOOKBACK'] and K > cfg['BLOCK_K']", comment="one tile per row: nothing to look back at")
     args = kernel_parameters(p)
     values = {name: name for name in args}
     values.update({"numel": "M * K", "WIDE: tl.constexpr": "wide"})
