@@ -1,8 +1,9 @@
 """Counting kernel launches, independently of tricomb's own bookkeeping.
 
-Inside :func:`count_launches`, every Triton kernel run (compiled or interpreted) is counted by patching
-Triton's own launch entry points, and every torch operation that computes (anything but allocation, views
-and metadata) is counted by a ``TorchDispatchMode``. A fused pipeline shows ``triton == 1`` and
+Inside :func:`count_launches`, every compiled Triton kernel launch is counted by Triton's launch hook (which
+fires however the launch is made; while a hook is set, tricomb launches through Triton's own path), every
+interpreted one by patching the interpreter's entry point, and every torch operation that computes (anything
+but allocation, views and metadata) by a ``TorchDispatchMode``. A fused pipeline shows ``triton == 1`` and
 ``torch_ops == []``.
 """
 from __future__ import annotations
@@ -42,29 +43,54 @@ class _TorchOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _counting(count: LaunchCount, original, counts: bool):
+    """``original`` (a Triton ``run``), marking torch work inside it as Triton's, and counting it if ``counts``."""
+    def run(self, *args, **kwargs):
+        if counts and not kwargs.get("warmup", False):
+            count.triton += 1
+        count._in_triton += 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            count._in_triton -= 1
+    return run
+
+
+@contextlib.contextmanager
+def _launch_hook(hook):
+    """Add ``hook`` to Triton's launch-enter hooks for the block (a chain of hooks, or one, by Triton version)."""
+    import triton
+    runtime = triton.knobs.runtime
+    chain = runtime.launch_enter_hook
+    if hasattr(chain, "add"):
+        chain.add(hook)
+        try:
+            yield
+        finally:
+            chain.remove(hook)
+        return
+    runtime.launch_enter_hook = hook
+    try:
+        yield
+    finally:
+        runtime.launch_enter_hook = chain
+
+
 @contextlib.contextmanager
 def count_launches():
     """Count kernel launches in the block: ``with count_launches() as n: ...; n.triton, n.torch_ops``."""
     from triton.runtime.jit import JITFunction
     from triton.runtime.interpreter import InterpretedFunction
     count = LaunchCount()
-    originals = {cls: cls.run for cls in (JITFunction, InterpretedFunction)}
+    originals = {JITFunction: JITFunction.run, InterpretedFunction: InterpretedFunction.run}
 
-    def counting(original):
-        def run(self, *args, **kwargs):
-            if not kwargs.get("warmup", False):
-                count.triton += 1
-            count._in_triton += 1
-            try:
-                return original(self, *args, **kwargs)
-            finally:
-                count._in_triton -= 1
-        return run
+    def launched(metadata):
+        count.triton += 1
 
-    for cls, original in originals.items():
-        cls.run = counting(original)
+    JITFunction.run = _counting(count, originals[JITFunction], counts=False)
+    InterpretedFunction.run = _counting(count, originals[InterpretedFunction], counts=True)
     try:
-        with _TorchOps(count):
+        with _launch_hook(launched), _TorchOps(count):
             yield count
     finally:
         for cls, original in originals.items():
