@@ -94,7 +94,9 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
         else:
             _accumulate(w, ctx, p, accs, values, combine)
     if p.ordered:
-        w.line(f"{total} = {', '.join(accs)}")
+        for j, (t, acc) in enumerate(zip(totals, accs)):
+            w.line(f"{t} = tl.where(row_mask, {acc}, {identity_text(p, j)})",
+                   comment="one use of the loop's result (Triton 3.6's thread-locality pass asserts it)" if j == 0 else None)
     else:
         w.line(f"{total} = {reduce_tile(ctx, p, accs, combine)}")
     with w.block("if TICKET:"):
@@ -217,7 +219,12 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
         w.comment(f"stage {len(fused.before)}: {stage_text(fused.combine)}, in the same loop")
         _accumulate(w, ctx, fused, accs, value, then)
     totals = fields("total", fused.width)
-    w.line(f"{', '.join(totals)} = {', '.join(accs) if fused.ordered else reduce_tile(ctx, fused, accs, then)}")
+    if fused.ordered:
+        for j, (t, acc) in enumerate(zip(totals, accs)):
+            w.line(f"{t} = tl.where(row_mask, {acc}, {identity_text(fused, j)})",
+                   comment="one use of the loop's result (Triton 3.6's thread-locality pass asserts it)" if j == 0 else None)
+    else:
+        w.line(f"{', '.join(totals)} = {reduce_tile(ctx, fused, accs, then)}")
     with w.block("if LOOKBACK:"):
         emit_last_program(w, ctx, fused, then, totals, "chunk", "pid")
     with w.block("else:"):

@@ -121,10 +121,15 @@ def emit_last_program(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str
     w.line("tl.debug_barrier()")
     w.line(f'ticket = tl.atomic_add(tickets + {ticket}, 1, sem="acq_rel")')
     w.line("keep = row_mask & (ticket == SPLIT - 1)")
-    for j, t in enumerate(totals):
-        w.line(f"{t} = tl.full([BLOCK_M], {identity_text(p, j)}, {acc_type(p, j)})")
-    if p.index:
-        w.line(f"total_i = tl.full([BLOCK_M], {NO_INDEX}, tl.int64)")
+    # Commutative operators fold the partials into a tile-shaped accumulator, reduced once after the loop (as
+    # the main reduce loop does); a per-row value updated by a tree reduction inside a loop and used more than
+    # once after it fails an assertion in Triton 3.6's thread-locality pass (seen on the H200).
+    accs = fields("part_acc", p.width) + (["part_acc_i"] if p.index else [])
+    shape = "[BLOCK_M]" if p.ordered else f"[BLOCK_M, {_PARTS}]"
+    starts = [identity_text(p, j) for j in range(p.width)] + ([NO_INDEX] if p.index else [])
+    types = [acc_type(p, j) for j in range(p.width)] + (["tl.int64"] if p.index else [])
+    for acc, start, dtype in zip(accs, starts, types):
+        w.line(f"{acc} = tl.full({shape}, {start}, {dtype})")
     w.line("parts_end = SPLIT * (ticket == SPLIT - 1).to(tl.int32)", comment="only the last program reads partials")
     with w.block(f"for p0 in range(0, parts_end, {_PARTS}):"):
         w.line(f"parts = p0 + tl.arange(0, {_PARTS})")
@@ -136,12 +141,16 @@ def emit_last_program(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str
         if p.index:
             w.line(f'partial_i = tl.load(partial_index + part_at, mask=part_mask, other={NO_INDEX}, '
                    'cache_modifier=".cg")')
-            w.line(f"block, block_i = {reduce_tile(ctx, p, partials, combine)}")
-            w.line(f"total, total_i = {combine}(total, total_i, block, block_i)")
-        elif p.ordered:
-            fold_in_order(w, ctx, p, totals, partials, str(_PARTS), combine)
+        if p.ordered:
+            fold_in_order(w, ctx, p, accs, partials, str(_PARTS), combine)
         else:
-            blocks = fields("block", p.width)
-            w.line(f"{', '.join(blocks)} = {reduce_tile(ctx, p, partials, combine)}")
-            w.line(f"{', '.join(totals)} = {combine}({', '.join(totals + blocks)})")
+            w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + partials + (['partial_i'] if p.index else []))})")
+    if p.ordered:
+        for j, (t, acc) in enumerate(zip(totals, accs)):
+            w.line(f"{t} = tl.where(keep, {acc}, {identity_text(p, j)})",
+                   comment="one use of the loop's result" if j == 0 else None)
+    elif p.index:
+        w.line(f"total, total_i = {reduce_tile(ctx, p, ['part_acc'], combine)}")
+    else:
+        w.line(f"{', '.join(totals)} = {reduce_tile(ctx, p, accs, combine)}")
     w.line(f"tl.atomic_xchg(tickets + {ticket}, 0, mask=ticket == SPLIT - 1)")
