@@ -1,0 +1,63 @@
+"""The split-row paths at full size on the GPU (the CPU suite reaches them with tiny tiles): whole-array and
+few-long-row reductions, whose last program combines the partials in a fixed order, so a result is the same bit
+for bit from run to run; and one-pass scans of long rows by the decoupled look-back. Launches of these sizes
+are tuned by Triton's autotuner first, so that path runs here too."""
+import pytest
+import torch
+
+import tricomb as tc
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+def _runs(pipe, *inputs, times=5):
+    return [pipe(*inputs) for _ in range(times)]
+
+
+@pytest.mark.parametrize("shape,axis", [((1 << 26,), None), ((4, 1 << 24), 1), ((1 << 24, 3), 0)],
+                         ids=["whole-array", "four-long-rows", "three-long-columns"])
+def test_split_reductions_are_bitwise_the_same_from_run_to_run(shape, axis):
+    x = torch.randn(shape, device="cuda")
+    for pipe, want in [(tc.sum(axis=axis), x.double().sum(axis) if axis is not None else x.double().sum()),
+                       (tc.parse("map softplus | sum") if axis is None else tc.map(tc.softplus) >> tc.sum(axis=axis),
+                        torch.nn.functional.softplus(x.double()).sum(axis) if axis is not None
+                        else torch.nn.functional.softplus(x.double()).sum())]:
+        runs = _runs(pipe, x)
+        assert all(torch.equal(r, runs[0]) for r in runs[1:]), f"{pipe}: results differ between runs"
+        torch.testing.assert_close(runs[0].double(), want, rtol=1e-4, atol=1e-2)
+    assert torch.equal(tc.argmax(axis=axis)(x), torch.argmax(x) if axis is None else torch.argmax(x, axis))
+
+
+def test_look_back_scans_of_long_rows_match_torch():
+    n = 1 << 24
+    x = torch.rand(n, device="cuda")
+    torch.testing.assert_close(tc.cumsum()(x).double(), torch.cumsum(x.double(), 0), rtol=1e-4, atol=1e-3)
+    ints = torch.randint(-1000, 1000, (n,), dtype=torch.int32, device="cuda")
+    assert torch.equal(tc.cumsum(dtype=torch.int32)(ints), torch.cumsum(ints, 0, dtype=torch.int32))
+    y = torch.randn(n, device="cuda").round()  # many ties: torch gives the latest index
+    values, indices = tc.cummax()(y)
+    want = torch.cummax(y, 0)
+    assert torch.equal(values, want.values) and torch.equal(indices, want.indices)
+    rows = torch.rand(3, n // 4, device="cuda")
+    got = tc.cumsum(axis=1, reverse=True, exclusive=True)(rows).double()
+    want = rows.double().flip(1).cumsum(1).flip(1) - rows.double()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_linear_recurrence_over_one_long_row_matches_a_float64_scan():
+    n = 1 << 20
+    v, d = torch.randn(n, device="cuda"), 0.5 + 0.5 * torch.rand(n, device="cuda")
+    h, _ = tc.library.linear_recurrence()(v, d)
+    ref, state = torch.empty(n, dtype=torch.float64), 0.0
+    vs, ds = v.double().cpu().tolist(), d.double().cpu().tolist()
+    for i in range(n):
+        state = ds[i] * state + vs[i]
+        ref[i] = state
+    torch.testing.assert_close(h.double().cpu(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_drawdown_of_a_long_series_is_one_kernel_and_exact():
+    x = torch.randn(1 << 24, device="cuda").cumsum(0)
+    got = tc.parse("scan maximum | zip_with sub | max")(x, x)
+    assert torch.equal(got, (torch.cummax(x, 0).values - x).max())
