@@ -1,4 +1,5 @@
-"""The command line: run compares with torch and counts kernels; emit and explain print; mistakes exit 2."""
+"""The command line: run compares with torch and counts kernels; emit and explain print; check draws examples with
+hypothesis and reports the smallest failing one; bench needs a GPU; mistakes exit 2."""
 import ast
 
 import pytest
@@ -77,3 +78,31 @@ def test_unreadable_files_and_impossible_shapes_exit_2(tmp_path, capsys):
     assert main(["run", "map exp", "--shape", "99999999999", "99999999999"]) == 2
     err = capsys.readouterr().err
     assert "cannot read it as a tensor" in err and "ValueError: boom" in err and "cannot make inputs" in err
+
+
+def test_check_draws_examples_and_reports_agreement(capsys):
+    assert main(["check", "map softplus | sum(axis=1)", "--examples", "8", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "examples on cpu, float32, rank 2" in out and "every result matches torch" in out
+
+
+def test_check_reports_the_smallest_failing_input_and_exits_1(monkeypatch, capsys):
+    """A stand-in oracle that calls any input element above 0.5 wrong: hypothesis finds one, shrinks it to a single
+    element, and the command prints it."""
+    import tricomb.testing
+
+    def picky(pipe, *inputs, **kwargs):
+        if any(bool((t > 0.5).any()) for t in inputs):
+            raise AssertionError("stand-in oracle: an element above 0.5")
+    monkeypatch.setattr(tricomb.testing, "assert_matches_torch", picky)
+    assert main(["check", "map exp | sum", "--examples", "50", "--device", "cpu", "--rank", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "a result differs from torch" in out and "stand-in oracle" in out
+    assert "smallest failing input (after shrinking):" in out and "input 0: (1,) float32" in out
+
+
+@pytest.mark.parametrize("argv", [["check", "map exp | sum", "--examples", "0"],
+                                  ["bench", "map exp | sum", "--device", "cpu"]])
+def test_check_and_bench_mistakes_exit_2(argv, capsys):
+    assert main(argv) == 2
+    assert "error:" in capsys.readouterr().err

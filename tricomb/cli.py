@@ -1,7 +1,8 @@
-"""``tricomb run | emit | explain``: a pipeline from the command line.
+"""``tricomb run | emit | explain | check | bench``: a pipeline from the command line.
 
-Exit codes: 0 success (for ``run``: the result matches torch); 1 ``run``'s result does not match torch;
-2 a mistake in the command (bad pipeline text, shapes, dtypes, files).
+Exit codes: 0 success (for ``run``, ``check`` and ``bench``: tricomb's results match torch's); 1 a result
+differs from torch's; 2 a mistake in the command (bad pipeline text, shapes, dtypes, files, no GPU for
+``bench``).
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ EXAMPLES = """examples:
   tricomb run "map exp | cumsum" --input x.pt
   tricomb emit "map softplus | sum" > kernel.py
   tricomb explain "map exp | sum(axis=0)" --shape 1000 37
+  tricomb check "map softplus | sum(axis=1)" --examples 200      # hypothesis against torch
+  tricomb bench "map softplus | sum" --shape 268435456           # against torch eager and torch.compile (GPU)
 """
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -33,16 +36,23 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in [("run", "run a pipeline and compare it with torch"),
                        ("emit", "print the emitted Triton module"),
-                       ("explain", "print the kernel plan")]:
+                       ("explain", "print the kernel plan"),
+                       ("check", "check a pipeline against torch on inputs hypothesis draws"),
+                       ("bench", "time a pipeline against torch eager and torch.compile (CUDA)")]:
         p = sub.add_parser(name, help=text, description=text, epilog=EXAMPLES,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("pipeline", help='pipeline text, e.g. "map softplus | sum"')
-        p.add_argument("--shape", type=int, nargs="+", default=[1_000_000],
-                       help="shape of generated inputs (default: 1000000)")
+        if name == "check":
+            p.add_argument("--examples", type=int, default=100, help="examples to draw (default: 100)")
+            p.add_argument("--rank", type=int, default=2, help="rank of the drawn inputs (default: 2)")
+            p.add_argument("--max-side", type=int, default=17, help="largest side drawn (default: 17)")
+        else:
+            p.add_argument("--shape", type=int, nargs="+", default=[1_000_000],
+                           help="shape of generated inputs (default: 1000000)")
+            p.add_argument("--input", nargs="+", metavar="FILE", help=".pt or .npy files, one per pipeline input")
         p.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                        help="dtype of generated inputs (default: float32)")
         p.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default: 0)")
-        p.add_argument("--input", nargs="+", metavar="FILE", help=".pt or .npy files, one per pipeline input")
         p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when available, else cpu "
                        "(Triton's interpreter)")
         p.add_argument("--env", metavar="FILE.py", help="a Python file whose top-level names (functions, "
@@ -187,12 +197,70 @@ def _explain(args) -> int:
     return 0
 
 
+def _check(args) -> int:
+    from rich.console import Console
+    from .commands.check import check
+    if args.examples < 1 or args.rank < 0 or args.max_side < 0:
+        raise UsageError("--examples must be 1 or more, --rank and --max-side 0 or more")
+    pipe = _pipeline(args)
+    device = _device(args)
+    outcome = check(pipe, lambda shape: _input_shapes(pipe, shape), DTYPES[args.dtype], device, args.rank,
+                    args.max_side, args.examples, args.seed)
+    console = Console()
+    drawn = f"{outcome.examples} examples on {device}, {args.dtype}, rank {args.rank}, sides 0 to {args.max_side}"
+    if outcome.failing is None:
+        refused = f" ({outcome.refusals} refused by torch and tricomb alike)" if outcome.refusals else ""
+        console.print(f"tricomb check: {pipe}\n{drawn}: every result matches torch{refused}")
+        return 0
+    console.print(f"tricomb check: {pipe}\n{drawn}: a result differs from torch\n{outcome.message}",
+                  markup=False)
+    console.print("smallest failing input (after shrinking):", markup=False)
+    with _full_precision():
+        for i, t in enumerate(outcome.failing):
+            console.print(f"  input {i}: {tuple(t.shape)} {str(t.dtype)[6:]} = {t.cpu()}", markup=False)
+    return 1
+
+
+def _full_precision():
+    import contextlib
+
+    @contextlib.contextmanager
+    def printing():
+        torch.set_printoptions(precision=10)
+        try:
+            yield
+        finally:
+            torch.set_printoptions(profile="default")
+    return printing()
+
+
+def _bench(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from .commands.bench import bench
+    if args.device == "cpu" or not torch.cuda.is_available():
+        raise UsageError("bench times kernels on a CUDA GPU (none here); on the CPU, Triton's interpreter runs "
+                         "them, which says nothing about speed")
+    pipe = _pipeline(args)
+    inputs = _inputs(args, pipe, torch.device("cuda"))
+    rows = bench(pipe, inputs)
+    table = Table(title=f"tricomb bench: {pipe} on {torch.cuda.get_device_name()}")
+    for column in ("implementation", "ms", "GB/s", "tricomb is faster by", "matches torch"):
+        table.add_column(column, justify="left" if column == "implementation" else "right")
+    for row in rows:
+        table.add_row(row.name, f"{row.ms:.4f}", f"{row.gbps:.0f}", f"{row.ms / rows[0].ms:.2f}x",
+                      "yes" if row.matches else "NO")
+    Console().print(table)
+    return 0 if all(row.matches for row in rows) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tricomb`` command; returns the exit code."""
     from .errors import TricombError
     args = _parser().parse_args(argv)
     try:
-        return {"run": _run, "emit": _emit, "explain": _explain}[args.command](args)
+        return {"run": _run, "emit": _emit, "explain": _explain, "check": _check,
+                "bench": _bench}[args.command](args)
     except (TricombError, UsageError) as exc:
         print(f"tricomb {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,72 @@
+"""``tricomb check``: a pipeline checked against torch on inputs hypothesis draws.
+
+Each example draws one shape of ``rank`` sides (0 to ``max_side``), the inputs read before the pipeline's reduce
+or scan of that shape and those joining after it of the reduced shape, with values that include NaN, infinities
+and signed zeros. tricomb's result must equal the float64 torch oracle's within its tolerance
+(:func:`tricomb.testing.assert_matches_torch`); where torch refuses an input, tricomb must raise a
+:class:`~tricomb.errors.TricombError`. On a mismatch hypothesis shrinks the example, and the smallest failing
+input is reported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Outcome:
+    """What ``check`` found: how many examples ran, and the smallest failing one (inputs, message) if any."""
+
+    examples: int = 0
+    failing: list[torch.Tensor] | None = None
+    message: str = ""
+    refusals: int = 0
+    shapes: list = field(default_factory=list)
+
+
+def _agrees(pipe, inputs: list[torch.Tensor], outcome: Outcome) -> None:
+    """tricomb and torch agree on ``inputs``; raises AssertionError saying how they differ."""
+    from ..errors import TricombError
+    from ..pipeline.evaluate import evaluate
+    from ..testing import assert_matches_torch
+    try:
+        evaluate(pipe.ir, [t.cpu() for t in inputs])
+    except (RuntimeError, TypeError, ValueError, IndexError, OverflowError) as refused:
+        try:
+            pipe(*inputs)
+        except TricombError:
+            outcome.refusals += 1
+            return
+        raise AssertionError(f"torch refuses these inputs ({refused}) but tricomb returned a result") from None
+    assert_matches_torch(pipe, *inputs)
+
+
+def check(pipe, input_shapes, dtype: torch.dtype, device: torch.device, rank: int, max_side: int,
+          examples: int, seed: int) -> Outcome:
+    """Check ``pipe`` on ``examples`` drawn examples; ``input_shapes(shape)`` gives each input's shape for an
+    iteration shape. Returns the :class:`Outcome` (hypothesis's own errors, such as a health check, propagate)."""
+    from hypothesis import HealthCheck, given, seed as fixed_seed, settings, strategies as st
+    from ..testing.strategies import tensors
+    outcome = Outcome()
+
+    @fixed_seed(seed)
+    @settings(max_examples=examples, deadline=None, database=None, print_blob=False,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def example(data):
+        shape = tuple(data.draw(st.lists(st.integers(0, max_side), min_size=rank, max_size=rank), label="shape"))
+        inputs = [data.draw(tensors(s, dtype), label=f"input {i}").to(device)
+                  for i, s in enumerate(input_shapes(shape))]
+        outcome.examples += 1
+        try:
+            _agrees(pipe, inputs, outcome)
+        except AssertionError as exc:
+            outcome.failing, outcome.message = inputs, str(exc)  # the last one stored is the shrunk one
+            raise
+
+    try:
+        example()
+    except AssertionError:
+        pass
+    return outcome
