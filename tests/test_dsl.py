@@ -164,3 +164,14 @@ def test_library_stage_results_and_errors(device):
         tc.parse("var(axes=1)")
     with pytest.raises(tc.ParseError, match=r"alpha must be in \(0, 1\]"):
         tc.parse("ema(alpha=2.0)")
+
+
+def test_a_comparison_chain_is_refused_with_the_parenthesized_form():
+    """Python chains `a < b < c`; the text form does not, and says how to write it instead."""
+    with pytest.raises(tc.ParseError, match=r"comparisons do not chain .*\(a < b\) & \(b < c\)") as info:
+        tc.parse("map x -> 0 < x < 1 | sum")
+    assert (info.value.location.line, info.value.location.column) == (1, 16)
+    with pytest.raises(tc.ParseError) as info:
+        tc.parse("map x -> x == == 1")
+    assert "chain" not in str(info.value)
+    assert str(tc.parse("map x -> (x < 1) == True")) == "map (x -> ((x < 1) == True))"

@@ -62,6 +62,16 @@ def _expected(exc: lark.exceptions.UnexpectedInput) -> str:
     return f"; expected {', '.join(listed)}" if listed else ""
 
 
+_COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+def _after_comparison(text: str, exc: lark.exceptions.UnexpectedInput) -> bool:
+    """Whether the offending comparison follows another one in the same expression (a chain)."""
+    before = text[:getattr(exc, "pos_in_stream", None) or 0]
+    tail = re.split(r"[(,|]|->", before)[-1]
+    return re.search(r"(<=|>=|==|!=|<|>)", tail) is not None
+
+
 def _syntax_error(text: str, exc: lark.exceptions.UnexpectedInput, source: str) -> ParseError:
     line, column = exc.line, exc.column
     at_end = isinstance(exc, lark.exceptions.UnexpectedToken) and exc.token.type == "$END"
@@ -79,6 +89,10 @@ def _syntax_error(text: str, exc: lark.exceptions.UnexpectedInput, source: str) 
     if (found == "'('" and "a name" in _expected(exc)) or ("'->'" in _expected(exc) and called):
         hint = "; a stage is written `map exp` or `reduce add(axis=0)` (or with a lambda, `map x -> exp(x)`), not " \
                "`map(exp)`"
+    complete = "a name" not in _expected(exc)  # the parser had a whole operand before the comparison
+    if found.strip("'") in _COMPARISONS and complete and _after_comparison(text, exc):
+        hint = "; comparisons do not chain in the text form (Python's `a < b < c`): write `(a < b) & (b < c)`, " \
+               "or parenthesize, `(a < b) == c`"
     return ParseError(f"unexpected {found}{_expected(exc)}{hint}", _location(text, source, line, column))
 
 
