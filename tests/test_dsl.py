@@ -175,3 +175,13 @@ def test_a_comparison_chain_is_refused_with_the_parenthesized_form():
         tc.parse("map x -> x == == 1")
     assert "chain" not in str(info.value)
     assert str(tc.parse("map x -> (x < 1) == True")) == "map (x -> ((x < 1) == True))"
+
+
+def test_an_error_about_a_stage_argument_points_at_that_argument():
+    with pytest.raises(tc.DTypeError) as info:
+        tc.parse("map exp | cumsum(dtype=int9)")
+    assert (info.value.location.line, info.value.location.column) == (1, 18)
+    assert info.value.message.startswith("dtype='int9' is not a dtype")
+    with pytest.raises(tc.LawError) as info:
+        tc.parse("map exp |\n  reduce add(axis=0, identity=1.5)")
+    assert (info.value.location.line, info.value.location.column) == (2, 22)

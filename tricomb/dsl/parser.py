@@ -176,12 +176,24 @@ class _Build(Expressions):
                 raise ParseError(f"{name!r} {problem}; {kind} takes {', '.join(allowed)}", self._where(name_token))
             kwargs[name] = value
         where = self._where(meta_token)
-        if kind == "reduce":
-            return api.build_reduce(op, kwargs.get("axis"), kwargs.get("keepdim", False), bool(short and short.mean),
-                                    where, kwargs.get("dtype"), bool(short and short.index),
-                                    bool(short and short.skip_nan), identity=kwargs.get("identity"))
-        return api.build_scan(op, kwargs.get("axis", -1), where, kwargs.get("dtype"), kwargs.get("reverse", False),
-                              kwargs.get("exclusive", False), kwargs.get("identity"), index=bool(short and short.index))
+        try:
+            if kind == "reduce":
+                return api.build_reduce(op, kwargs.get("axis"), kwargs.get("keepdim", False),
+                                        bool(short and short.mean), where, kwargs.get("dtype"),
+                                        bool(short and short.index), bool(short and short.skip_nan),
+                                        identity=kwargs.get("identity"))
+            return api.build_scan(op, kwargs.get("axis", -1), where, kwargs.get("dtype"), kwargs.get("reverse", False),
+                                  kwargs.get("exclusive", False), kwargs.get("identity"),
+                                  index=bool(short and short.index))
+        except TricombError as exc:
+            raise self._at_argument(exc, where, arguments or []) from None
+
+    def _at_argument(self, exc: TricombError, where, arguments) -> TricombError:
+        """An error about one argument (its message starts ``name=``) pointed at that argument in the text."""
+        for name_token, _ in arguments:
+            if exc.location == where and exc.message.startswith(f"{name_token}="):
+                return type(exc)(exc.message, self._where(name_token))
+        return exc
 
     @lark.v_args(meta=True)
     def map_stage(self, meta, items):
