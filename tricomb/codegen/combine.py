@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from ..lower.fuse import KernelPlan
-from ..pipeline.ir import Reduce
 from ..pipeline.printer import stage_text
 from .fold import (NO_INDEX, acc_type, emit_last_program, fold_in_order, identity_text, masked_fields, packed,
                    reduce_tile, tile_scan)
@@ -64,13 +63,36 @@ def _accumulate(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str], v
     fold_in_order(w, ctx, p, accs, tiles, "BLOCK_K", combine)
 
 
+def _finish(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, accs: list[str], rows: dict, split: str,
+            part: str, ticket: str) -> None:
+    """After the loop over K: each row's total from the accumulators ``accs``; when the constexpr ``split``
+    holds, rows are shared by programs and the last one finishes them (:func:`emit_last_program`, this
+    program being part ``part`` of row tile ``ticket``); then a mean's division, the stages after the reduce and
+    the store."""
+    totals = fields("total", p.width)
+    if p.ordered:
+        for j, (t, acc) in enumerate(zip(totals, accs)):
+            w.line(f"{t} = tl.where(row_mask, {acc}, {identity_text(p, j)})",
+                   comment="one use of the loop's result (Triton 3.6's thread-locality pass asserts it)" if j == 0
+                   else None)
+    else:
+        w.line(f"{'total, total_i' if p.index else ', '.join(totals)} = {reduce_tile(ctx, p, accs, combine)}")
+    with w.block(f"if {split}:"):
+        emit_last_program(w, ctx, p, combine, totals, part, ticket)
+    with w.block("else:"):
+        w.line("keep = row_mask")
+    if p.combine.mean:
+        w.line("total = total / K", comment="mean: divide by the number of elements combined")
+    value = _after_combine(w, ctx, p, ["total_i"] if p.index else totals, rows, "keep", "[BLOCK_M]")
+    store(w, ctx, p, value, rows, "keep")
+
+
 def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
     """Rows by K; a tile-shaped accumulator over the loop, one tree reduction per row at the end; with
     ``TICKET``, rows split across programs (:func:`emit_last_program`). For argmax/argmin the accumulator is a
     pair of tiles, values and their positions ``ks`` along the reduced axes (``_i``)."""
     kept, reduced = _split_groups(p)
-    accs, totals = fields("acc", p.width), fields("total", p.width)
-    total = "total, total_i" if p.index else ", ".join(totals)
+    accs = fields("acc", p.width)
     program_ids(w, ["pid_m", "pid_k"])
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
@@ -93,20 +115,7 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
             w.line(f"acc, acc_i = {combine}(acc, acc_i, {step}, ks[None, :].to(tl.int64))")
         else:
             _accumulate(w, ctx, p, accs, values, combine)
-    if p.ordered:
-        for j, (t, acc) in enumerate(zip(totals, accs)):
-            w.line(f"{t} = tl.where(row_mask, {acc}, {identity_text(p, j)})",
-                   comment="one use of the loop's result (Triton 3.6's thread-locality pass asserts it)" if j == 0 else None)
-    else:
-        w.line(f"{total} = {reduce_tile(ctx, p, accs, combine)}")
-    with w.block("if TICKET:"):
-        emit_last_program(w, ctx, p, combine, totals, "pid_k", "pid_m")
-    with w.block("else:"):
-        w.line("keep = row_mask")
-    if isinstance(p.combine, Reduce) and p.combine.mean:
-        w.line("total = total / K", comment="mean: divide by the number of elements combined")
-    value = _after_combine(w, ctx, p, ["total_i"] if p.index else totals, rows, "keep", "[BLOCK_M]")
-    store(w, ctx, p, value, rows, "keep")
+    _finish(w, ctx, p, combine, accs, rows, "TICKET", "pid_k", "pid_m")
 
 
 def _scan_positions(w: Writer, p: KernelPlan, reduced: list[int]) -> tuple[dict, dict, str]:
@@ -218,18 +227,4 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
         accs = fields("acc", fused.width)
         w.comment(f"stage {len(fused.before)}: {stage_text(fused.combine)}, in the same loop")
         _accumulate(w, ctx, fused, accs, value, then)
-    totals = fields("total", fused.width)
-    if fused.ordered:
-        for j, (t, acc) in enumerate(zip(totals, accs)):
-            w.line(f"{t} = tl.where(row_mask, {acc}, {identity_text(fused, j)})",
-                   comment="one use of the loop's result (Triton 3.6's thread-locality pass asserts it)" if j == 0 else None)
-    else:
-        w.line(f"{', '.join(totals)} = {reduce_tile(ctx, fused, accs, then)}")
-    with w.block("if LOOKBACK:"):
-        emit_last_program(w, ctx, fused, then, totals, "chunk", "pid")
-    with w.block("else:"):
-        w.line("keep = row_mask")
-    if fused.combine.mean:
-        w.line("total = total / K", comment="mean: divide by the number of elements combined")
-    value = _after_combine(w, ctx, fused, totals, rows, "keep", "[BLOCK_M]")
-    store(w, ctx, fused, value, rows, "keep")
+    _finish(w, ctx, fused, then, accs, rows, "LOOKBACK", "chunk", "pid")
