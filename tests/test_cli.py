@@ -106,3 +106,19 @@ def test_check_reports_the_smallest_failing_input_and_exits_1(monkeypatch, capsy
 def test_check_and_bench_mistakes_exit_2(argv, capsys):
     assert main(argv) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_run_compares_every_field_of_a_tuple_result(capsys):
+    assert main(["run", "linear_recurrence", "--shape", "3", "40", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "tricomb run: linear_recurrence" in out and out.count("float32") >= 6 and "yes" in out  # 2 inputs, 2 x 2 fields
+
+
+def test_check_reports_an_error_raised_while_checking(monkeypatch, capsys):
+    import tricomb.testing
+
+    def broken(pipe, *inputs, **kwargs):
+        raise ValueError("the oracle broke")
+    monkeypatch.setattr(tricomb.testing, "assert_matches_torch", broken)
+    assert main(["check", "map exp | sum", "--examples", "5", "--device", "cpu"]) == 1
+    assert "checking raised ValueError: the oracle broke" in capsys.readouterr().out

@@ -185,3 +185,8 @@ def test_an_error_about_a_stage_argument_points_at_that_argument():
     with pytest.raises(tc.LawError) as info:
         tc.parse("map exp |\n  reduce add(axis=0, identity=1.5)")
     assert (info.value.location.line, info.value.location.column) == (2, 22)
+
+
+def test_torch_dim_in_text_says_axis():
+    with pytest.raises(tc.ParseError, match=r"'dim' is not an argument of reduce \(torch's dim is axis here\)"):
+        tc.parse("sum(dim=1)")

@@ -422,3 +422,17 @@ def test_a_wrong_argument_count_in_a_text_lambda_points_at_the_call():
     with pytest.raises(tc.ArityError, match="tc.exp takes 1 argument") as info:
         tc.parse("map x -> exp(x, x)")(torch.ones(2))
     assert info.value.location.file == "<pipeline>" and info.value.location.column == 10
+
+
+def test_the_oracle_reduces_empty_rows_with_a_max_scaled_operator(device):
+    """New-user trial: the oracle's error scale for logaddexp is a max, which torch refuses on empty rows."""
+    for shape in [(0, 0), (3, 0), (0, 5)]:
+        assert_matches_torch(tc.reduce(tc.logaddexp, axis=1), torch.empty(shape, device=device))
+
+
+def test_a_scan_with_an_identity_starts_from_it_as_the_kernel_does(device):
+    """New-user trial: h[0] = d[0] * 0 + v[0] is NaN for a NaN decay; the oracle once started from (v[0], d[0])."""
+    v = torch.tensor([[0.0, 1.0, 2.0]], device=device)
+    d = torch.tensor([[float("nan"), 0.5, 0.5]], device=device)
+    h, decay = assert_matches_torch(tc.library.linear_recurrence(), v, d)
+    assert torch.isnan(h).all() and torch.isnan(decay).all()

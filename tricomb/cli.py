@@ -166,20 +166,32 @@ def _run(args) -> int:
     with count_launches() as launches:
         result = pipe(*inputs)
     eager = evaluate(pipe.ir, inputs)
-    ref = reference(pipe, *inputs)
-    bad = mismatches(result, ref, ref.compute)
-    match = result.dtype == ref.dtype and tuple(result.shape) == tuple(ref.value.shape) and not bool(bad.any())
-    table = Table(title=f"tricomb run: {pipe}", show_header=False)
+    results, refs = _fields(result), _fields(reference(pipe, *inputs))
+    differ = [r.numel() if r.dtype != f.dtype or r.shape != f.value.shape else int(mismatches(r, f, refs[0].compute).sum())
+              for r, f in zip(results, refs)]
+    wrong = any(r.dtype != f.dtype or r.shape != f.value.shape for r, f in zip(results, refs)) or any(differ)
+    table = Table(title=f"tricomb run: {_short(args.pipeline)}", show_header=False)
     described = ", ".join(f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in inputs)
     table.add_row("inputs", f"{len(inputs)} tensor(s) on {device}: {described}")
-    table.add_row("tricomb", _summary(result))
-    table.add_row("torch", _summary(eager))
-    verdict = "yes" if match else f"NO: {int(bad.sum())} of {bad.numel()} elements differ"
+    table.add_row("tricomb", "\n".join(_summary(r) for r in results))
+    table.add_row("torch", "\n".join(_summary(e) for e in _fields(eager)))
+    total = sum(r.numel() for r in results)
+    verdict = "yes" if not wrong else f"NO: {sum(differ)} of {total} elements differ (or the dtype or shape)"
     table.add_row("match", f"{verdict} (float64 torch oracle, tolerance scaled by length)")
     table.add_row("kernels", f"{launches.triton} Triton launch(es), {len(launches.torch_ops)} torch op(s)")
     table.add_row("time", _time(pipe, inputs, device))
     Console().print(table)
-    return 0 if match else 1
+    return 1 if wrong else 0
+
+
+def _fields(value) -> tuple:
+    """A result as a tuple of its fields (one for a plain tensor; cummax's named pair is a tuple too)."""
+    return tuple(value) if isinstance(value, tuple) else (value,)
+
+
+def _short(text: str, limit: int = 100) -> str:
+    """Pipeline text as the user wrote it, cut at ``limit`` characters."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _emit(args) -> int:
@@ -210,9 +222,9 @@ def _check(args) -> int:
     drawn = f"{outcome.examples} examples on {device}, {args.dtype}, rank {args.rank}, sides 0 to {args.max_side}"
     if outcome.failing is None:
         refused = f" ({outcome.refusals} refused by torch and tricomb alike)" if outcome.refusals else ""
-        console.print(f"tricomb check: {pipe}\n{drawn}: every result matches torch{refused}")
+        console.print(f"tricomb check: {_short(args.pipeline)}\n{drawn}: every result matches torch{refused}")
         return 0
-    console.print(f"tricomb check: {pipe}\n{drawn}: a result differs from torch\n{outcome.message}",
+    console.print(f"tricomb check: {_short(args.pipeline)}\n{drawn}: a result differs from torch\n{outcome.message}",
                   markup=False)
     console.print("smallest failing input (after shrinking):", markup=False)
     with _full_precision():
@@ -244,7 +256,7 @@ def _bench(args) -> int:
     pipe = _pipeline(args)
     inputs = _inputs(args, pipe, torch.device("cuda"))
     rows = bench(pipe, inputs)
-    table = Table(title=f"tricomb bench: {pipe} on {torch.cuda.get_device_name()}")
+    table = Table(title=f"tricomb bench: {_short(args.pipeline)} on {torch.cuda.get_device_name()}")
     for column in ("implementation", "ms", "GB/s", "tricomb is faster by", "matches torch"):
         table.add_column(column, justify="left" if column == "implementation" else "right")
     for row in rows:

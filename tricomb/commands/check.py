@@ -64,9 +64,13 @@ def check(pipe, input_shapes, dtype: torch.dtype, device: torch.device, rank: in
         except AssertionError as exc:
             outcome.failing, outcome.message = inputs, str(exc)  # the last one stored is the shrunk one
             raise
+        except Exception as exc:  # the pipeline or the oracle failed outright: that is a finding too
+            outcome.failing, outcome.message = inputs, f"checking raised {type(exc).__name__}: {exc}"
+            raise
 
     try:
         example()
-    except AssertionError:
-        pass
+    except Exception:  # hypothesis re-raises the shrunk example's error, recorded above
+        if outcome.failing is None:
+            raise
     return outcome

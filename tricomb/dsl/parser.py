@@ -173,6 +173,7 @@ class _Build(Expressions):
             name = str(name_token)
             if name not in allowed or name in kwargs:
                 problem = "is given twice" if name in kwargs else "is not an argument of " + kind
+                problem += " (torch's dim is axis here)" if name == "dim" else ""
                 raise ParseError(f"{name!r} {problem}; {kind} takes {', '.join(allowed)}", self._where(name_token))
             kwargs[name] = value
         where = self._where(meta_token)

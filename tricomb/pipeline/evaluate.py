@@ -146,7 +146,7 @@ def _references(stage: Reduce | Scan):
         return [x.to(o.dtype) for x, o in zip(xs, evaluate_function(fn, ones + ones))]
 
     return (lambda xs, dims: fold_reduce(fn, identity, in_dtypes(xs), dims),
-            lambda xs, axis: fold_scan(fn, in_dtypes(xs), axis))
+            lambda xs, axis: fold_scan(fn, identity, in_dtypes(xs), axis))
 
 
 def _index_scan(stage: Scan, xs: list[torch.Tensor], axis: int) -> list[torch.Tensor]:

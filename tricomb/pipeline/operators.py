@@ -200,11 +200,17 @@ def fold_reduce(fn: Function, identity, xs: list, dims: tuple[int, ...]) -> list
     return acc
 
 
-def fold_scan(fn: Function, xs: list, axis: int) -> list[torch.Tensor]:
-    """The inclusive sequential scan of ``fn`` along ``axis`` of the fields ``xs``."""
+def fold_scan(fn: Function, identity, xs: list, axis: int) -> list[torch.Tensor]:
+    """The inclusive sequential scan of ``fn`` along ``axis`` of the fields ``xs``: from ``identity`` when the
+    operator has one (the first element is ``identity op x0``, as the kernel computes it: a linear recurrence's
+    first value is ``d0 * 0 + v0``, NaN for a NaN decay), else from the first element itself."""
     if xs[0].device.type == "meta" or xs[0].shape[axis] == 0:
         return _apply(fn, xs, xs)
-    outs = [[x.select(axis, 0) for x in xs]]
+    firsts = [x.select(axis, 0) for x in xs]
+    if identity is not None:
+        starts = [torch.full_like(f, typed_identity(v, f.dtype)) for v, f in zip(identities(identity), firsts)]
+        firsts = _apply(fn, starts, firsts)
+    outs = [firsts]
     for k in range(1, xs[0].shape[axis]):
         outs.append(_apply(fn, outs[-1], [x.select(axis, k) for x in xs]))
     return [torch.stack([o[j] for o in outs], axis) for j in range(len(xs))]

@@ -79,6 +79,8 @@ def _combine_scale(stage, value: torch.Tensor, x: torch.Tensor, scale: torch.Ten
         op = to_function(BUILTINS["maximum" if builtin else "add"], role="scale")
         stage = dataclasses.replace(stage, op=op, dtype=None, identity=None, **(
             {"index": False, "mean": False, "skip_nan": False} if isinstance(stage, Reduce) else {"exclusive": False}))
+    if isinstance(stage, Reduce) and scale.numel() == 0:
+        return torch.zeros_like(value, dtype=torch.float64)  # nothing combined: no error (amax of nothing raises)
     return reduce_tensor(stage, scale) if isinstance(stage, Reduce) else scan_tensor(stage, scale)
 
 
