@@ -115,3 +115,76 @@ def test_a_new_process_finds_its_kernel_in_the_disk_index(tmp_path):
     for r in runs:
         assert r.returncode == 0, r.stderr
     assert [r.stdout.strip() for r in runs] == ["bound", "from the index"]
+
+
+class _CutOff:
+    """Within the block, Triton's interpreter is interrupted (as by Ctrl-C) when it reaches program ``at``."""
+
+    def __init__(self, at: int):
+        from triton.runtime import interpreter
+        self.builder, self.at = interpreter.interpreter_builder, at
+
+    def __enter__(self):
+        real = self.real = self.builder.set_grid_idx
+        started = []
+
+        def cut(x, y, z):
+            if len(started) == self.at:
+                raise KeyboardInterrupt
+            started.append((x, y, z))
+            real(x, y, z)
+        self.builder.set_grid_idx = cut
+
+    def __exit__(self, *exc):
+        self.builder.set_grid_idx = self.real
+
+
+def test_a_launch_cut_off_part_way_leaves_later_launches_right():
+    """Interrupted look-back scans and split reductions leave their tile counter, epoch and tickets mid-count;
+    the launcher zeroes them, so the next launch is right (it was wrong, or hung, before)."""
+    import numpy
+    import pytest
+    x = torch.randn(3, 37)
+    for pipe, tiles, want in [(tc.cumsum(axis=1), {"LOOKBACK": True, "BLOCK_K": 4, "WINDOW": 2}, x.cumsum(1)),
+                              (tc.sum(axis=1), {"SPLIT": 5, "BLOCK_K": 4}, x.sum(1))]:
+        module = launch.compile_for(pipe.ir, pipe._cache, (x,))[0].module
+        with numpy.errstate(all="ignore"):
+            run = module.prepare(x, **tiles)
+            with _CutOff(at=3), pytest.raises(KeyboardInterrupt):
+                run(x + 1)
+            torch.testing.assert_close(run(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_schedule_overrides_refuse_values_the_kernels_cannot_take():
+    import pytest
+    for bad in [{"WINDOW": 3}, {"BLOCK_K": 0}, {"SPLIT": 0}, {"LOOKBACK": 1}, {"num_warps": 6}]:
+        with pytest.raises(ValueError, match=f"{next(iter(bad))}="):
+            with schedule_overrides(**bad):
+                pass
+
+
+def test_the_fast_path_refuses_what_the_full_path_refuses(device):
+    """A lazily negated view, a tensor requiring grad and a sparse tensor share a layout with an earlier input
+    (or have none), but each is refused as on a first call, never run as the earlier one."""
+    import pytest
+    pipe = tc.map(lambda v: v * 2.0) >> tc.sum()
+    z = (torch.arange(64.0) * 1j).to(device)
+    assert pipe(z.imag).item() == 4032.0
+    with pytest.raises(tc.DTypeError, match="lazy negation"):
+        pipe(z.conj().imag)
+    x = torch.randn(64, device=device)
+    pipe(x)
+    with pytest.raises(tc.TricombError, match="requires grad"):
+        pipe(x.clone().requires_grad_())
+    with pytest.raises(tc.DTypeError, match="sparse"):
+        pipe(torch.randn(8).to_sparse().to(device))
+
+
+def test_jit_functions_with_different_captured_numbers_never_share_a_module(device):
+    """Two @triton.jit closures differ only in a captured number, which Triton's cache key does not name: the
+    disk index leaves such pipelines out, so each runs its own module."""
+    from scripts.jit_closures import make
+    x = torch.arange(4.0, device=device)
+    pipes = [tc.map(make(c)) for c in (2.0, 3.0)]
+    for c, pipe in zip((2.0, 3.0), pipes):
+        torch.testing.assert_close(pipe(x).cpu(), x.cpu() * c)

@@ -62,6 +62,14 @@ def _zeroed(device, use, count, dtype=torch.int32):
     return have
 
 
+def _reset_scratch(device):
+    """Zero every persistent scratch buffer of ``device``: tickets, the look-back's counter, epoch and status
+    words, as when first made."""
+    for (where, _), buffer in _ZEROED.items():
+        if where == device:
+            buffer.zero_()
+
+
 def _no_hooks():
     """No launch hook is set (a hook is None, or an empty chain of them in newer Triton)."""
     runtime = triton.knobs.runtime
@@ -80,6 +88,13 @@ class _Launcher:
         self.compiled = None
 
     def __call__(self, *slots):
+        try:
+            self._launch(slots)
+        except BaseException:
+            _reset_scratch(self.device)  # a launch cut off part-way (an error, Ctrl-C) leaves counters mid-count
+            raise
+
+    def _launch(self, slots):
         compiled = self.compiled
         if compiled is not None and _no_hooks() and torch.cuda.current_device() == self.device.index:
             stream = triton.runtime.driver.active.get_current_stream(self.device.index)

@@ -28,7 +28,7 @@ _RESERVED = {"torch", "triton", "tl", "launch", "kernel", "combine", "schedule_m
              "schedule_scan", "_zeroed", "_num_sms", "_needs_int64", "_ZEROED", "_NUM_SMS", "libdevice",
              "TC_COMPILED", "_check_inputs", "_check_layout", "InterpretedFunction",
              "_empty", "os", "tuning_space", "_TUNERS", "TUNING", "_tuning", "_start_tuning", "_bench_config", "_tuner",
-             "grid", "args", "cfg", "space", "tune", "prepare", "_Launcher", "_broadcast", "_no_hooks"}
+             "grid", "args", "cfg", "space", "tune", "prepare", "_Launcher", "_broadcast", "_no_hooks", "_reset_scratch"}
 
 
 def _functions(p: KernelPlan):

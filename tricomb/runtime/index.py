@@ -5,38 +5,53 @@ torch (``torch._dynamo``, through torch's Python references) that take about a s
 calls the same pipeline on inputs of the same dtypes, shapes, strides, device and alignment finds the module's
 file here and skips binding, planning and emitting; Triton's own cache then holds the compiled kernel.
 
-An entry is named by a SHA-256 digest of everything that decides the module: tricomb's, torch's and Triton's
-versions, the pipeline's IR (its ``repr``: stages, traced scalar functions, constants, axes), the
-``cache_key`` of every user ``@triton.jit`` function it calls (Triton's hash of the source and its
-dependencies), the inputs' :func:`~tricomb.runtime.launch.fast_key` and torch's default dtype. What cannot be
-named stably (an object's address in a ``repr``) only makes the digest differ: a miss, never a wrong module.
+An entry is named by a SHA-256 digest of everything that decides the module: tricomb's own source files,
+torch's and Triton's versions, the pipeline's IR (its ``repr``: stages, traced scalar functions, constants,
+axes), the inputs' :func:`~tricomb.runtime.launch.fast_key` and torch's default dtype. What cannot be named
+stably (an object's address in a ``repr``) only makes the digest differ: a miss, never a wrong module. A
+pipeline calling a user ``@triton.jit`` function is never indexed: the numbers its globals and closures hold
+are copied into the module but named by nothing above.
 Entries are written atomically beside the modules, under ``$TRICOMB_CACHE_DIR/index``.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
+from pathlib import Path
 from types import ModuleType
 
 import torch
 import triton
 
-from .._version import __version__
 from ..pipeline.ir import Map, PipelineIR, ZipWith
 from ..scalar.ir import jit_functions
 from .loader import cache_dir, load_module, write_module
 
 
+def _indexable(pipeline: PipelineIR) -> bool:
+    """Pipelines that call user ``@triton.jit`` functions are not indexed: the module copies the plain numbers
+    their globals and closures hold, which neither their ``repr`` nor Triton's ``cache_key`` names."""
+    return not any(jit_functions(stage.fn if isinstance(stage, (Map, ZipWith)) else stage.op)
+                   for stage in pipeline.stages)
+
+
+@functools.lru_cache(maxsize=1)
+def _code() -> str:
+    """A digest of tricomb's own source files: a change to the code generator misses every older entry."""
+    package = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def _digest(pipeline: PipelineIR, key) -> str:
     inputs, default = key
-    jit = []
-    for stage in pipeline.stages:
-        fn = stage.fn if isinstance(stage, (Map, ZipWith)) else stage.op
-        jit += [ref.fn.cache_key for ref in jit_functions(fn)]
-    layout = [(str(dtype), tuple(shape), tuple(stride), str(device), align) for dtype, shape, stride, device, align
+    layout = [(str(dtype), tuple(shape), tuple(stride), str(device), *rest) for dtype, shape, stride, device, *rest
               in inputs]
-    text = repr((__version__, torch.__version__, triton.__version__, repr(pipeline), jit, layout, str(default)))
+    text = repr((_code(), torch.__version__, triton.__version__, repr(pipeline), layout, str(default)))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -48,6 +63,8 @@ def _path(pipeline: PipelineIR, key):
 
 def find(pipeline: PipelineIR, key) -> tuple[ModuleType, bool] | None:
     """The module entered for ``pipeline`` on inputs of ``key`` and whether it runs interpreted, or None."""
+    if not _indexable(pipeline):
+        return None
     try:
         path = _path(pipeline, key)
         if not path.exists():
@@ -62,6 +79,8 @@ def find(pipeline: PipelineIR, key) -> tuple[ModuleType, bool] | None:
 
 def enter(pipeline: PipelineIR, key, source: str, interpret: bool) -> None:
     """Record that ``source`` (already written by the loader) runs ``pipeline`` on inputs of ``key``."""
+    if not _indexable(pipeline):
+        return
     try:
         name = write_module(source).name
         path = _path(pipeline, key)

@@ -34,10 +34,23 @@ class Compiled:
     module: ModuleType
 
 
+_POWERS_OF_TWO = ("BLOCK", "BLOCK_M", "BLOCK_K", "WINDOW", "num_warps")
+
+
 @contextlib.contextmanager
 def schedule_overrides(**overrides):
-    """Within the block, every launch uses these schedule entries (``BLOCK``, ``BLOCK_M``, ``BLOCK_K``,
-    ``SPLIT``, ``num_warps``) instead of the heuristics'. Tests use it to force tiny tiles and split rows."""
+    """Within the block, every launch uses these schedule entries instead of the heuristics': ``BLOCK``,
+    ``BLOCK_M``, ``BLOCK_K``, ``WINDOW`` and ``num_warps`` (powers of two), ``SPLIT`` (programs per row of a
+    reduce, 1 or more), ``LOOKBACK`` and ``PUBLISH_PREFIX`` (bools). Tests use it to force tiny tiles, split
+    rows and one-pass scans. Raises ValueError for a value outside these."""
+    for name, value in overrides.items():
+        power = name in _POWERS_OF_TWO
+        if power and not (isinstance(value, int) and value >= 1 and value & (value - 1) == 0):
+            raise ValueError(f"schedule_overrides: {name}={value!r} must be a power of two (1, 2, 4, ...)")
+        if name == "SPLIT" and not (isinstance(value, int) and value >= 1):
+            raise ValueError(f"schedule_overrides: SPLIT={value!r} must be an integer of 1 or more")
+        if name in ("LOOKBACK", "PUBLISH_PREFIX") and not isinstance(value, bool):
+            raise ValueError(f"schedule_overrides: {name}={value!r} must be True or False")
     token = _OVERRIDES.set({**_OVERRIDES.get(), **overrides})
     try:
         yield
@@ -59,11 +72,13 @@ def compile_for(pipeline: PipelineIR, cache: dict, tensors: tuple, out=None) -> 
 
 def fast_key(tensors: tuple) -> tuple | None:
     """What fixes a prepared launch: each input's dtype, shape, strides, device and 16-byte alignment (Triton
-    specializes pointers on it), and torch's default dtype (the dtype of Python floats meeting integers); None
-    when an input is not a tensor (the full path then says what is wrong)."""
+    specializes pointers on it), its lazy negation and conjugation bits and whether it requires grad (which the
+    full path refuses), and torch's default dtype (the dtype of Python floats meeting integers); None when an
+    input is not a strided tensor (the full path then says what is wrong)."""
     try:
-        inputs = tuple((t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16) for t in tensors)
-    except AttributeError:
+        inputs = tuple((t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16, t.is_neg(), t.is_conj(),
+                        t.requires_grad) for t in tensors)
+    except (AttributeError, RuntimeError, NotImplementedError, TypeError):  # sparse, nested, mkldnn, not tensors
         return None
     return inputs, torch.get_default_dtype()
 
@@ -73,6 +88,7 @@ def _quiet(start):
     def run(*tensors, out=None):
         with numpy.errstate(all="ignore"):
             return start(*tensors, out=out)
+    run.launcher = getattr(start, "launcher", None)
     return run
 
 
