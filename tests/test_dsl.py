@@ -1,8 +1,11 @@
 """The DSL parses to the same IR the Python API builds; mistakes name line, column, and a fix."""
 import pytest
 import torch
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
 
 import tricomb as tc
+from tricomb.testing.strategies import integer_pipelines_and_inputs, pipelines_and_inputs
 
 
 def _equal(text, pipe):
@@ -190,3 +193,43 @@ def test_an_error_about_a_stage_argument_points_at_that_argument():
 def test_torch_dim_in_text_says_axis():
     with pytest.raises(tc.ParseError, match=r"'dim' is not an argument of reduce \(torch's dim is axis here\)"):
         tc.parse("sum(dim=1)")
+
+
+_USER_OPERATORS = [(lambda a, b: a + b + 0.25 * a * b, 0.0), (lambda a, b: tc.where(b != 0, b, a), 0.0),
+                   (lambda a, b: a, None), (lambda v1, d1, v2, d2: (v1 * d2 + v2, d1 * d2), (0.0, 1.0)),
+                   (lambda m1, p1, m2, p2: (tc.maximum(m1, m2), p2), None)]
+
+
+@st.composite
+def _user_combines(draw):
+    """A user operator (single or on pairs, with or without identity) in a reduce or a scan, with random
+    arguments, after a map that makes the stream it takes."""
+    op, identity = draw(st.sampled_from(_USER_OPERATORS))
+    pairs = isinstance(identity, tuple) or op.__code__.co_argcount == 4
+    head = tc.map(lambda x: (x, x * 0.5)) if pairs else tc.map(lambda x: x * 2.0)
+    kwargs = {"identity": identity} if identity is not None else {}
+    if draw(st.booleans()):
+        stage = tc.reduce(op, axis=draw(st.sampled_from([None, 0, 1, (0, 1)])), keepdim=draw(st.booleans()), **kwargs)
+    else:
+        stage = tc.scan(op, axis=draw(st.sampled_from([0, 1, -1])), reverse=draw(st.booleans()),
+                        exclusive=identity is not None and draw(st.booleans()), **kwargs)
+    return head >> stage
+
+
+_LIBRARY = [lambda: tc.library.var(axis=1, correction=0), lambda: tc.library.std(axis=0),
+            lambda: tc.library.logsumexp(axis=1, keepdim=True), lambda: tc.library.norm(ord=3.0),
+            lambda: tc.library.softmax_denominators(axis=1), lambda: tc.library.linear_recurrence(reverse=True),
+            lambda: tc.library.ema(0.25, axis=0), lambda: tc.library.mean(axis=1)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(pipelines_and_inputs().map(lambda case: case.pipeline),
+                 integer_pipelines_and_inputs().map(lambda case: case.pipeline),
+                 _user_combines(), st.sampled_from(_LIBRARY).map(lambda make: make())))
+def test_every_pipeline_prints_as_text_that_parses_back_to_it(pipe):
+    """str(pipe) is DSL text for any pipeline the Python API builds: random maps, zip_withs, reduces and scans
+    with their arguments (axis, keepdim, reverse, exclusive, dtype), integer pipelines, user operators with and
+    without identity, on single values and pairs, and the library's pipelines."""
+    text = str(pipe)
+    note(text)
+    assert tc.parse(text).ir == pipe.ir
