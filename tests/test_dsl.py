@@ -233,3 +233,10 @@ def test_every_pipeline_prints_as_text_that_parses_back_to_it(pipe):
     text = str(pipe)
     note(text)
     assert tc.parse(text).ir == pipe.ir
+
+
+def test_stage_arguments_after_an_unparenthesized_lambda_say_to_parenthesize_it():
+    """New-user trial: `scan (a, b) -> a(axis=0)` reads `a(axis=0)` as a call; the error says how to write it."""
+    with pytest.raises(tc.ParseError, match=r"need the lambda in parentheses: `scan \(\(a, b\) -> a \* b\)\(axis=0\)`"):
+        tc.parse("scan (a, b) -> a(axis=0)")
+    assert str(tc.parse("scan ((a, b) -> a)(axis=0)")) == "scan ((x, y) -> x)(axis=0)"

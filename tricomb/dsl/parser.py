@@ -89,6 +89,9 @@ def _syntax_error(text: str, exc: lark.exceptions.UnexpectedInput, source: str) 
     if (found == "'('" and "a name" in _expected(exc)) or ("'->'" in _expected(exc) and called):
         hint = "; a stage is written `map exp` or `reduce add(axis=0)` (or with a lambda, `map x -> exp(x)`), not " \
                "`map(exp)`"
+    before = text[:getattr(exc, "pos_in_stream", None) or 0]
+    if found == "'='" and "->" in before and re.search(r"\(\s*\w+\s*$", before):
+        hint = "; stage arguments after a lambda need the lambda in parentheses: `scan ((a, b) -> a * b)(axis=0)`"
     complete = "a name" not in _expected(exc)  # the parser had a whole operand before the comparison
     if found.strip("'") in _COMPARISONS and complete and _after_comparison(text, exc):
         hint = "; comparisons do not chain in the text form (Python's `a < b < c`): write `(a < b) & (b < c)`, " \
