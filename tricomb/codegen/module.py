@@ -15,7 +15,6 @@ from ..pipeline.printer import pipeline_text
 from ..scalar.builtins import HELPERS, helper_closure
 from ..scalar.inline import inline_jit_functions
 from ..scalar.ir import jit_functions
-from ..pipeline.ir import Map, ZipWith
 from .combine import emit_reduce_body, emit_scan_body
 from .fold import emit_combine_function
 from .kernel import emit_map_body, kernel_parameters
@@ -31,16 +30,11 @@ _RESERVED = {"torch", "triton", "tl", "launch", "kernel", "combine", "schedule_m
              "grid", "args", "cfg", "space", "tune", "prepare", "_Launcher", "_broadcast", "_no_hooks", "_reset_scratch"}
 
 
-def _functions(p: KernelPlan):
-    for stage in p.pipeline.stages:
-        yield stage.fn if isinstance(stage, (Map, ZipWith)) else stage.op
-
-
 def emit_module(p: KernelPlan) -> str:
     """The complete Python source of the module for plan ``p``."""
     names = Names(_RESERVED | set(HELPERS))
     refs = []
-    for fn in _functions(p):
+    for fn in p.pipeline.functions:
         refs += [r for r in jit_functions(fn) if r not in refs]
     inlined = inline_jit_functions(refs, names.taken)
     ctx = ScalarContext(names, inlined.names)

@@ -101,6 +101,11 @@ class PipelineIR:
         """How many fields the result has: 1 for a tensor, k for a k-tuple of tensors."""
         return stream_widths(self.stages)[-1]
 
+    @property
+    def functions(self) -> tuple[Function, ...]:
+        """Each stage's scalar function: a map's or zip_with's function, a reduce's or scan's operator."""
+        return tuple(s.fn if isinstance(s, (Map, ZipWith)) else s.op for s in self.stages)
+
 
 def stream_widths(stages: tuple[Stage, ...]) -> list[int]:
     """The number of fields of the stream after each stage (a map or zip_with returning a k-tuple makes k, and so

@@ -25,7 +25,7 @@ from types import ModuleType
 import torch
 import triton
 
-from ..pipeline.ir import Map, PipelineIR, ZipWith
+from ..pipeline.ir import PipelineIR
 from ..scalar.ir import jit_functions
 from .loader import cache_dir, load_module, write_module
 
@@ -33,8 +33,7 @@ from .loader import cache_dir, load_module, write_module
 def _indexable(pipeline: PipelineIR) -> bool:
     """Pipelines that call user ``@triton.jit`` functions are not indexed: the module copies the plain numbers
     their globals and closures hold, which neither their ``repr`` nor Triton's ``cache_key`` names."""
-    return not any(jit_functions(stage.fn if isinstance(stage, (Map, ZipWith)) else stage.op)
-                   for stage in pipeline.stages)
+    return not any(jit_functions(fn) for fn in pipeline.functions)
 
 
 @functools.lru_cache(maxsize=1)
