@@ -1,6 +1,7 @@
 """The call path: a call like an earlier one goes straight to the prepared launch (no binding, planning or
 argument computation); anything that could change the kernel or its arguments takes the full path. Also the
 emitted module's own ``prepare``, and the progress reporter of Triton's autotuner."""
+import pytest
 import torch
 
 import tricomb as tc
@@ -94,6 +95,7 @@ def test_the_progress_reporter_draws_only_after_its_delay():
 
 _NEW_PROCESS = """
 import sys
+import pytest
 import torch
 import tricomb as tc
 x = torch.arange(4096, dtype=torch.float32) / 4096
@@ -188,3 +190,47 @@ def test_jit_functions_with_different_captured_numbers_never_share_a_module(devi
     pipes = [tc.map(make(c)) for c in (2.0, 3.0)]
     for c, pipe in zip((2.0, 3.0), pipes):
         torch.testing.assert_close(pipe(x).cpu(), x.cpu() * c)
+
+
+_RECORDED = """
+import torch, triton
+import tricomb as tc
+compiles = []
+triton.knobs.runtime.jit_cache_hook = lambda *args, **kwargs: compiles.append(1)  # called before each compile
+torch.manual_seed(0)
+x, rows, long = torch.randn(4096, device="cuda"), torch.randn(64, 8192, device="cuda"), torch.randn(1 << 22, device="cuda")
+cases = [(tc.parse("map softplus | sum"), x, torch.nn.functional.softplus(x).sum()),
+         (tc.parse("sum(axis=-1)"), rows, rows.sum(-1)),
+         (tc.parse("scan add"), long, long.cumsum(0)),  # tuned: the record holds the autotuner's choice
+         (tc.parse("map abs | max"), long, long.abs().max())]
+for pipe, arg, want in cases:
+    for _ in range(2):
+        torch.testing.assert_close(pipe(arg), want, rtol=1e-4, atol=1e-2)
+print(len(compiles))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_new_process_launches_the_recorded_kernel_without_triton_compiling(tmp_path):
+    """The first process compiles each kernel through Triton and records it; a second process with the same
+    caches launches the recorded kernels (a split reduce, a tuned look-back scan) with right results, and
+    Triton's JIT compiles, or looks up, nothing. A third finds the recorded binaries damaged: it compiles through
+    Triton again, with right results, and records them anew for a fourth."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "TRICOMB_CACHE_DIR": str(tmp_path / "tricomb"), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+
+    def child() -> int:
+        r = subprocess.run([sys.executable, "-c", _RECORDED], env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        return int(r.stdout)
+    assert child() >= 4
+    assert child() == 0
+    damaged = list((tmp_path / "tricomb" / "binaries").glob("*/*.cubin"))
+    assert len(damaged) == 4
+    for path in damaged:
+        path.write_bytes(b"not a kernel")
+    assert child() >= 4
+    assert child() == 0

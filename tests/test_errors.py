@@ -73,9 +73,12 @@ def test_composing_with_a_function_says_wrap_it():
         tc.map(tc.exp) >> tc.exp
 
 
-def test_shapes_that_do_not_broadcast_are_quoted():
-    with pytest.raises(tc.ShapeError, match=r"\(3, 4\) and \(5,\) do not broadcast"):
-        tc.zip_with(tc.add)(torch.ones(3, 4), torch.ones(5))
+def test_shapes_that_do_not_broadcast_are_quoted_at_the_stage_that_brings_the_input_in():
+    pipe = tc.map(tc.exp) >> tc.zip_with(tc.add)  # brings-it-in
+    with pytest.raises(tc.ShapeError, match=r"input 1 of the pipeline, brought in by this zip_with, has shape "
+                                            r"\(5,\), which does not broadcast with shape \(3, 4\)") as info:
+        pipe(torch.ones(3, 4), torch.ones(5))
+    assert info.value.location.line == _line_of("# brings-it-in")
 
 
 def test_input_after_reduce_must_not_grow_the_stream():

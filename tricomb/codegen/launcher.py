@@ -81,11 +81,12 @@ class _Launcher:
     Triton's ``kernel[grid](...)``, which binds the arguments, compiles (or tunes) and returns the compiled
     kernel; later calls on the GPU hand the same arguments to that kernel's launcher directly, as Triton's own
     ``run`` does after its cache lookup (arguments whose types and values cannot have changed are not bound
-    again). A launch hook (a profiler) or another current device takes Triton's path."""
+    again). A launch hook (a profiler) or another current device takes Triton's path. ``adopt`` gives it a
+    compiled kernel before its first call (tricomb's runtime keeps them across processes)."""
 
     def __init__(self, fn, grid, rest, meta, device):
         self.fn, self.grid, self.rest, self.meta, self.device = fn, grid, rest, meta, device
-        self.compiled = None
+        self.compiled = self.chosen = None
 
     def __call__(self, *slots):
         try:
@@ -105,20 +106,23 @@ class _Launcher:
             self.fn[self.grid](*slots, *self.rest, **self.meta)
             return
         with torch.cuda.device(self.device):
-            self._keep(self.fn[self.grid](*slots, *self.rest, **self.meta))
+            compiled = self.fn[self.grid](*slots, *self.rest, **self.meta)
+        chosen = getattr(self.fn, "best_config", None)
+        self.adopt(compiled, chosen.all_kwargs() if chosen is not None else None)
 
-    def _keep(self, compiled):
-        """Keep what the direct launch needs: the grid and every argument after the slots, in Triton's order."""
+    def adopt(self, compiled, chosen=None):
+        """Launch ``compiled`` from now on: the kernel Triton returns for these arguments, compiled with the
+        autotuner's ``chosen`` meta-parameters when tuned. Keeps what the direct launch needs: the grid and every
+        argument after the slots, in Triton's order."""
         if not all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata")):
             return
-        chosen = getattr(self.fn, "best_config", None)
-        meta = {**self.meta, **(chosen.all_kwargs() if chosen is not None else {})}
+        meta = {**self.meta, **(chosen or {})}
         jit = self.fn.fn if chosen is not None else self.fn
         grid = tuple(self.grid(meta))
         self.dims = grid + (1,) * (3 - len(grid))
         positional = len(jit.arg_names) - len([a for a in jit.arg_names if a in meta])
         self.tail = tuple(self.rest) + tuple(meta[a] for a in jit.arg_names[positional:])
-        self.compiled = compiled
+        self.compiled, self.chosen = compiled, chosen
 
 
 def _num_sms(device):

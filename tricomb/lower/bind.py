@@ -20,7 +20,7 @@ import torch
 
 from ..errors import ArityError, DeviceError, DTypeError, ShapeError, TricombError, UnsupportedError
 from ..pipeline.evaluate import evaluate_fields
-from ..pipeline.ir import PipelineIR, Reduce, Scan, new_inputs
+from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import check_callable, iteration_axes, operator_commutes
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
@@ -121,6 +121,27 @@ def _broadcast(shapes: list[torch.Size], what: str, location) -> torch.Size:
         listed = " and ".join(str(tuple(s)) for s in shapes)
         raise ShapeError(f"{what}: shapes {listed} do not broadcast together (torch's rules: trailing dimensions "
                          "must be equal or 1); reshape or expand the inputs", location) from None
+
+
+def _broadcast_inputs(pipeline: PipelineIR, tensors: tuple, after: tuple[bool, ...], owners: list[int]) -> tuple:
+    """The broadcast shape of the inputs read before the reduce/scan. When one does not broadcast with those
+    before it, the error names it and the stage that brings it in, at the user's line."""
+    shape = None
+    for i, (t, a, owner) in enumerate(zip(tensors, after, owners)):
+        if a:
+            continue
+        try:
+            shape = t.shape if shape is None else torch.broadcast_shapes(shape, t.shape)
+        except RuntimeError:
+            stage = pipeline.stages[owner]
+            raise ShapeError(f"input {i} of the pipeline, brought in by this {_STAGE_NAMES[type(stage)]}, has shape "
+                             f"{tuple(t.shape)}, which does not broadcast with shape {tuple(shape)} of the inputs "
+                             "before it (torch's rules: trailing dimensions must be equal or 1); reshape or expand "
+                             "the inputs", stage.location) from None
+    return tuple(shape)
+
+
+_STAGE_NAMES = {Map: "map", ZipWith: "zip_with", Reduce: "reduce", Scan: "scan"}
 
 
 def out_shape(shape: torch.Size, stage: Reduce | Scan | None, axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -227,8 +248,7 @@ def bind(pipeline: PipelineIR, tensors: tuple, out=None) -> tuple[Binding, tuple
     at, stage = combine_stage(pipeline)
     owners = input_stages(pipeline)
     after = tuple(owner > at for owner in owners)
-    before = [t.shape for t, a in zip(tensors, after) if not a]
-    shape = tuple(_broadcast(before, "the inputs of the pipeline", None))
+    shape = _broadcast_inputs(pipeline, tensors, after, owners)
     axes = iteration_axes(stage, len(shape))
     then_at, then = final_reduce(pipeline, len(shape))
     late = tuple(owner > then_at for owner in owners)

@@ -19,7 +19,7 @@ from ..codegen.module import emit_module
 from ..lower.bind import Binding, bind
 from ..lower.fuse import KernelPlan, plan
 from ..pipeline.ir import PipelineIR
-from . import index
+from . import binaries, index
 from .loader import load_module
 
 _OVERRIDES: contextvars.ContextVar[dict] = contextvars.ContextVar("tricomb_schedule_overrides", default={})
@@ -97,7 +97,8 @@ def run(pipeline: PipelineIR, cache: dict, tensors: tuple, out: torch.Tensor | N
 
     A call like an earlier one (same :func:`fast_key`, no ``out``, no schedule overrides) reuses that call's
     prepared launch: no binding, planning or argument computation, one dictionary lookup. The first such call
-    in a process finds the module in the disk index when an earlier process built it (:mod:`.index`)."""
+    in a process finds the module in the disk index when an earlier process built it (:mod:`.index`), and its
+    compiled kernel among those recorded (:mod:`.binaries`)."""
     overrides = _OVERRIDES.get()
     key = fast_key(tensors) if out is None and not overrides else None
     prepared = cache.get(key) if key is not None else None
@@ -106,10 +107,25 @@ def run(pipeline: PipelineIR, cache: dict, tensors: tuple, out: torch.Tensor | N
     module, interpret = _module(pipeline, cache, tensors, out, key)
     with numpy.errstate(all="ignore") if interpret else contextlib.nullcontext():
         prepared = module.prepare(*tensors, out=out, _checked=True, **overrides)
-    prepared = _quiet(prepared) if interpret else prepared
+    if interpret:
+        prepared = _quiet(prepared)
+    elif key is not None:
+        return _first_launch(module, prepared, cache, key, tensors)
     if key is not None:
         cache[key] = prepared
     return prepared(*tensors, out=out)
+
+
+def _first_launch(module: ModuleType, prepared, cache: dict, key, tensors: tuple):
+    """A prepared GPU launch's first call: with the kernel an earlier process recorded for it (:mod:`.binaries`),
+    else compiled through Triton and then recorded."""
+    launcher = getattr(prepared, "launcher", None)  # none when the result is empty
+    adopted = launcher is not None and binaries.adopt(module, launcher, key)
+    result = prepared(*tensors)
+    cache[key] = prepared
+    if launcher is not None and not adopted:
+        binaries.keep(module, launcher, key)
+    return result
 
 
 def _module(pipeline: PipelineIR, cache: dict, tensors: tuple, out, key) -> tuple[ModuleType, bool]:
