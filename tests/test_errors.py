@@ -137,3 +137,46 @@ def test_every_error_class_is_a_tricomb_error():
     for cls in (tc.ParseError, tc.UnknownNameError, tc.ArityError, tc.TraceError, tc.InlineError, tc.ShapeError,
                 tc.AxisError, tc.DTypeError, tc.DeviceError, tc.UnsupportedError):
         assert issubclass(cls, tc.TricombError)
+
+
+# Found by the new-user trial of 2026-11-30: each mistake's message says what to write instead.
+
+@pytest.mark.parametrize("text,hint", [
+    ("map softplus | summ", "did you mean sum"),
+    ("logsumexpp(axis=1)", "did you mean logsumexp?"),
+    ("map x -> x if x > 0 else 0 | sum", "the text form has no `if`: write where(cond, a, b)"),
+    ("map x -> (x > 0) and (x < 1)", "the text form has no `and`: write logical_and(a, b)"),
+    ("map exp >> sum", "stages are separated by `|` in the text form"),
+    ("logsumexp(dim=1)", "'dim' is not an argument of logsumexp (torch's dim is axis here)"),
+])
+def test_text_mistakes_get_a_hint(text, hint):
+    with pytest.raises(tc.ParseError, match=None) as info:
+        tc.parse(text)
+    assert hint in str(info.value) and info.value.location.column is not None
+
+
+def test_a_misspelt_attribute_names_the_closest_public_name():
+    with pytest.raises(AttributeError, match=r"no attribute 'sofplus'; did you mean tc.softplus\?"):
+        tc.sofplus  # noqa: B018
+
+
+def test_a_library_function_given_dim_says_axis_at_the_callers_line():
+    with pytest.raises(tc.TricombError, match=r"takes axis, keepdim, not dim= \(torch's dim is axis here\)") as info:
+        tc.library.logsumexp(dim=-1)  # library-dim
+    assert info.value.location.line == _line_of("# library-dim")
+
+
+def test_inputs_passed_as_one_list_are_told_to_unpack_at_the_callers_line():
+    dot = tc.zip_with(tc.mul) >> tc.sum()
+    with pytest.raises(tc.ArityError, match=r"called with 1 \(a list of 2: unpack it, pipe\(\*inputs\)\)") as info:
+        dot([torch.ones(3), torch.ones(3)])  # packed-inputs
+    assert info.value.location.line == _line_of("# packed-inputs")
+
+
+def test_the_law_error_hint_fits_the_operator():
+    with pytest.raises(tc.LawError) as difference:
+        tc.reduce(lambda a, b: a - b)
+    assert "sub, div and pow are not" in str(difference.value) and "recurrence" not in str(difference.value)
+    with pytest.raises(tc.LawError) as step:
+        tc.scan(lambda h, x: 0.5 * h + x)
+    assert "tc.library.linear_recurrence() is that scan" in str(step.value)

@@ -23,3 +23,12 @@ __all__ = ["Pipeline", "Plan", "map", "zip_with", "reduce", "scan", "fanout", "s
            "TraceError", "InlineError", "ShapeError", "AxisError", "DTypeError", "DeviceError", "UnsupportedError",
            "StageError", "LawError", "library",
            "Location", "__version__"] + sorted(_BUILTINS)
+
+
+def __getattr__(name: str):
+    """``tc.sofplus``: an AttributeError that names the closest public names."""
+    import difflib
+    close = difflib.get_close_matches(name, __all__, n=3, cutoff=0.7)
+    hint = f"; did you mean {' or '.join('tc.' + c for c in close)}?" if close else \
+        "; the builtins are listed in docs/builtins.md"
+    raise AttributeError(f"module 'tricomb' has no attribute {name!r}{hint}")

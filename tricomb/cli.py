@@ -7,6 +7,7 @@ differs from torch's; 2 a mistake in the command (bad pipeline text, shapes, dty
 from __future__ import annotations
 
 import argparse
+import types
 import runpy
 import sys
 import time
@@ -129,7 +130,8 @@ def _pipeline(args):
             namespace = runpy.run_path(args.env, run_name="tricomb_env")
         except Exception as exc:  # the user's file failed: say where, not a traceback of tricomb
             raise UsageError(f"--env {args.env}: running it raised {type(exc).__name__}: {exc}") from None
-        env = {k: v for k, v in namespace.items() if not k.startswith("__")}
+        env = {k: v for k, v in namespace.items()
+               if not k.startswith("__") and not isinstance(v, types.ModuleType)}  # `import triton` names no function
     return tc.parse(args.pipeline, env=env, source="<command line>")
 
 
@@ -224,9 +226,9 @@ def _check(args) -> int:
         refused = f" ({outcome.refusals} refused by torch and tricomb alike)" if outcome.refusals else ""
         console.print(f"tricomb check: {_short(args.pipeline)}\n{drawn}: every result matches torch{refused}")
         return 0
-    console.print(f"tricomb check: {_short(args.pipeline)}\n{drawn}: a result differs from torch\n{outcome.message}",
-                  markup=False)
-    console.print("smallest failing input (after shrinking):", markup=False)
+    console.print(f"tricomb check: {_short(args.pipeline)}\n{drawn}: the last one's result differs from torch\n"
+                  f"{outcome.message}", markup=False)
+    console.print(f"smallest failing input (after {outcome.shrinking} more runs shrinking it):", markup=False)
     with _full_precision():
         for i, t in enumerate(outcome.failing):
             console.print(f"  input {i}: {tuple(t.shape)} {str(t.dtype)[6:]} = {t.cpu()}", markup=False)

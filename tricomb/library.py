@@ -8,10 +8,31 @@ while a Welford merge is associative only for counts that are not negative.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 
 from . import api
+from .errors import TricombError, caller_location
 from .pipeline.operators import Laws, declare_laws
 from .scalar.trace import BUILTINS, to_function
+
+def _arguments_named(fn):
+    """A library function that names a keyword it does not take (torch's ``dim``, say) in a TricombError at the
+    caller's line, rather than Python's bare TypeError."""
+    params = list(inspect.signature(fn).parameters)
+
+    @functools.wraps(fn)
+    def pipeline(*args, **kwargs):
+        extra = [k for k in kwargs if k not in params]
+        if extra:
+            raise TricombError(f"tc.library.{fn.__name__} takes {', '.join(params)}, not "
+                               f"{', '.join(k + '=' for k in extra)}" +
+                               (" (torch's dim is axis here)" if "dim" in extra else ""), caller_location())
+        return fn(*args, **kwargs)
+    return pipeline
+
+
+__all__ = ["linear_recurrence", "ema", "softmax_denominators", "logsumexp", "var", "std", "norm"]
 
 exp, log, sqrt, abs_, where, maximum = (BUILTINS[n] for n in ("exp", "log", "sqrt", "abs", "where", "maximum"))
 _INF = float("inf")
@@ -53,6 +74,7 @@ declare_laws(LOG_SUM_EXP, (-_INF, 0.0), Laws(True, True))
 declare_laws(WELFORD, (0.0, 0.0, 0.0), Laws(True, True))
 
 
+@_arguments_named
 def linear_recurrence(axis: int = -1, reverse: bool = False) -> api.Pipeline:
     """``h[t] = d[t] * h[t-1] + v[t]`` along ``axis`` with ``h[-1] = 0`` (from the end with ``reverse``): a
     pipeline of two inputs ``(v, d)`` of broadcastable shapes, returning ``(h, running product of d)``, each of
@@ -60,6 +82,7 @@ def linear_recurrence(axis: int = -1, reverse: bool = False) -> api.Pipeline:
     return api.zip_with(lambda v, d: (v, d)) >> api.scan(LINEAR, axis=axis, reverse=reverse, identity=(0.0, 1.0))
 
 
+@_arguments_named
 def ema(alpha: float, axis: int = -1) -> api.Pipeline:
     """The exponential moving average ``y[t] = alpha * x[t] + (1 - alpha) * y[t-1]`` with ``y[-1] = 0``, along
     ``axis`` of one input; the result has its shape and (float) dtype. Raises ValueError for ``alpha`` outside
@@ -71,6 +94,7 @@ def ema(alpha: float, axis: int = -1) -> api.Pipeline:
             >> api.scan(LINEAR, axis=axis, identity=(0.0, 1.0)) >> api.map(lambda y, decay: y))
 
 
+@_arguments_named
 def softmax_denominators(axis=-1, keepdim: bool = False) -> api.Pipeline:
     """Per row along ``axis``: ``(m, s)`` with ``m`` the largest element and ``s = sum(exp(x - m))``, in one pass
     (the online normalizer: each partial sum is rescaled when a larger maximum arrives). ``softmax(x) =
@@ -79,6 +103,7 @@ def softmax_denominators(axis=-1, keepdim: bool = False) -> api.Pipeline:
                                                                identity=(-_INF, 0.0))
 
 
+@_arguments_named
 def logsumexp(axis=-1, keepdim: bool = False) -> api.Pipeline:
     """``log(sum(exp(x)))`` along ``axis`` as torch.logsumexp, from :func:`softmax_denominators`: ``m + log(s)``
     (an all ``-inf`` row gives ``-inf``; ``+inf`` gives ``+inf``)."""
@@ -95,6 +120,7 @@ def _dof(n, correction: int):
     return where(n - correction > 0, n - correction, 0.0)
 
 
+@_arguments_named
 def var(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
     """The variance along ``axis`` as torch.var: the sum of squared deviations over ``count - correction``
     (``correction=1``: the sample variance; 0: the population one), in one pass of Welford merges (Chan, Golub
@@ -102,11 +128,13 @@ def var(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
     return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: m2 / _dof(n, correction))
 
 
+@_arguments_named
 def std(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
     """The standard deviation along ``axis`` as torch.std: the square root of :func:`var`."""
     return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: sqrt(m2 / _dof(n, correction)))
 
 
+@_arguments_named
 def norm(ord: float = 2.0, axis=None, keepdim: bool = False) -> api.Pipeline:  # noqa: A002 - torch's name
     """The vector norm along ``axis`` as torch.linalg.vector_norm: ``ord`` 2 (the square root of the sum of
     squares), 1 (the sum of magnitudes), ``inf`` (the largest magnitude) or any other positive number p

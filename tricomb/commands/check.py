@@ -16,9 +16,11 @@ import torch
 
 @dataclass
 class Outcome:
-    """What ``check`` found: how many examples ran, and the smallest failing one (inputs, message) if any."""
+    """What ``check`` found: how many examples ran before the first failure (all of them when none failed), how
+    many further runs shrinking took, and the smallest failing example (inputs, message) if any."""
 
     examples: int = 0
+    shrinking: int = 0
     failing: list[torch.Tensor] | None = None
     message: str = ""
     refusals: int = 0
@@ -58,7 +60,10 @@ def check(pipe, input_shapes, dtype: torch.dtype, device: torch.device, rank: in
         shape = tuple(data.draw(st.lists(st.integers(0, max_side), min_size=rank, max_size=rank), label="shape"))
         inputs = [data.draw(tensors(s, dtype), label=f"input {i}").to(device)
                   for i, s in enumerate(input_shapes(shape))]
-        outcome.examples += 1
+        if outcome.failing is None:
+            outcome.examples += 1
+        else:
+            outcome.shrinking += 1
         try:
             _agrees(pipe, inputs, outcome)
         except AssertionError as exc:

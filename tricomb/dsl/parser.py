@@ -57,7 +57,7 @@ def _expected(exc: lark.exceptions.UnexpectedInput) -> str:
                 "_SCAN": "scan", "TRUE": "True", "FALSE": "False", "NONE": "None", "_ARROW": "'->'",
                 "FLOAT": "a number", "PLUS": "'+'", "STAR": "'*'", "SLASH": "'/'", "LESSTHAN": "'<'",
                 "MORETHAN": "'>'", "_EQ": "'=='", "_NE": "'!='", "_LE": "'<='", "_GE": "'>='", "_POW": "'**'",
-                "INF": "inf"}
+                "INF": "inf", "LIBRARY": "a library pipeline (logsumexp, var, ...)"}
     listed = [readable.get(n, n.lower()) for n in names]
     return f"; expected {', '.join(listed)}" if listed else ""
 
@@ -70,6 +70,26 @@ def _after_comparison(text: str, exc: lark.exceptions.UnexpectedInput) -> bool:
     before = text[:getattr(exc, "pos_in_stream", None) or 0]
     tail = re.split(r"[(,|]|->", before)[-1]
     return re.search(r"(<=|>=|==|!=|<|>)", tail) is not None
+
+
+_PYTHON_WORDS = {"if": "where(cond, a, b)", "else": "where(cond, a, b)", "and": "logical_and(a, b) or (a) & (b)",
+                 "or": "logical_or(a, b) or (a) | (b)", "not": "logical_not(a)"}
+
+
+def _word_hint(found: str, exc: lark.exceptions.UnexpectedInput, text: str) -> str:
+    """A hint for a Python word in a lambda, ``>>`` between stages, or a misspelt stage word."""
+    if found in _PYTHON_WORDS:
+        return f"; the text form has no `{found}`: write {_PYTHON_WORDS[found]}"
+    position = getattr(exc, "pos_in_stream", None) or 0
+    if found == ">" and text[position:position + 2] == ">>":
+        return "; stages are separated by `|` in the text form (`>>` joins pipelines in Python)"
+    expected = set(getattr(exc, "expected", None) or getattr(exc, "allowed", None) or ())
+    if "_MAP" in expected and re.fullmatch(r"\w+", found):
+        from .. import library
+        stage_words = ["map", "zip_with", "reduce", "scan", *SHORTHANDS, *library.__all__]
+        close = difflib.get_close_matches(found, stage_words, n=3, cutoff=0.6)
+        return f"; did you mean {' or '.join(close)}?" if close else ""
+    return ""
 
 
 def _syntax_error(text: str, exc: lark.exceptions.UnexpectedInput, source: str) -> ParseError:
@@ -92,6 +112,7 @@ def _syntax_error(text: str, exc: lark.exceptions.UnexpectedInput, source: str) 
     before = text[:getattr(exc, "pos_in_stream", None) or 0]
     if found == "'='" and "->" in before and re.search(r"\(\s*\w+\s*$", before):
         hint = "; stage arguments after a lambda need the lambda in parentheses: `scan ((a, b) -> a * b)(axis=0)`"
+    hint = _word_hint(found.strip("'"), exc, text) or hint
     complete = "a name" not in _expected(exc)  # the parser had a whole operand before the comparison
     if found.strip("'") in _COMPARISONS and complete and _after_comparison(text, exc):
         hint = "; comparisons do not chain in the text form (Python's `a < b < c`): write `(a < b) & (b < c)`, " \
@@ -236,6 +257,7 @@ class _Build(Expressions):
             key = str(name_token)
             if key not in allowed or key in kwargs:
                 problem = "is given twice" if key in kwargs else f"is not an argument of {name}"
+                problem += " (torch's dim is axis here)" if key == "dim" else ""
                 raise ParseError(f"{key!r} {problem}; {name} takes {', '.join(allowed)}", self._where(name_token))
             kwargs[key] = value
         try:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ArityError, DeviceError, DTypeError, ShapeError, TricombError, UnsupportedError
+from ..errors import ArityError, DeviceError, DTypeError, ShapeError, TricombError, UnsupportedError, caller_location
 from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import check_callable, iteration_axes, operator_commutes
@@ -87,8 +87,10 @@ def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
     check_callable(pipeline)
     expected = pipeline.num_inputs
     if len(tensors) != expected:
-        raise ArityError(f"the pipeline takes {expected} input tensor(s) but was called with {len(tensors)}; "
-                           "pass one tensor per input (zip_with adds inputs)")
+        packed = len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) and len(tensors[0]) == expected
+        hint = f" (a {type(tensors[0]).__name__} of {expected}: unpack it, pipe(*inputs))" if packed else ""
+        raise ArityError(f"the pipeline takes {expected} input tensor(s) but was called with {len(tensors)}{hint}; "
+                         "pass one tensor per input (zip_with adds inputs)", caller_location())
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
             raise DTypeError(f"input {i} is a {type(t).__name__}, not a torch.Tensor; wrap it with "

@@ -22,7 +22,7 @@ import torch
 
 from ..errors import LawError
 from ..scalar.dtypes import typed_identity
-from ..scalar.ir import Function
+from ..scalar.ir import Call, Function, walk
 
 _SAMPLE = 64
 _TOLERANCE = 1e-6
@@ -142,13 +142,24 @@ def check_laws(op, identity=None, name: str | None = None, location=None) -> Law
             raise LawError(
                 f"operator {name or fn.name!r} is not associative: with a={_text(a, i)}, b={_text(b, i)}, "
                 f"c={_text(c, i)}, (a op b) op c = {_text(left, i)} but a op (b op c) = {_text(right, i)}. A "
-                "reduce or scan combines in a tree, so its operator must be associative. A linear recurrence "
-                "h = alpha * h + x is associative as an operator on pairs (value, decay): "
-                "(v1, d1), (v2, d2) -> (v1 * d2 + v2, d1 * d2)", location)
+                f"reduce or scan combines in a tree, so its operator must be associative{_law_hint(fn)}", location)
         commutative = commutative and _first_difference(_apply(fn, a, b), _apply(fn, b, a)) is None
         if identity is not None and (a[0].is_floating_point() or _integral(identities(identity))):
             _check_identity(fn, identities(identity), a, name, location)
     return Laws(True, commutative)
+
+
+def _law_hint(fn: Function) -> str:
+    """What to write instead: a one-field operator that multiplies and adds looks like a recurrence step; sub,
+    div and pow look like a difference, a ratio or an average."""
+    ops = {e.op for out in fn.outputs for e in walk(out) if isinstance(e, Call)}
+    if fn.arity == 2 and {"mul", "add"} <= ops:
+        return (". A linear recurrence h = alpha * h + x is associative as an operator on pairs (value, decay): "
+                "(v1, d1), (v2, d2) -> (v1 * d2 + v2, d1 * d2); tc.library.linear_recurrence() is that scan")
+    if ops & {"sub", "div", "pow"}:
+        return ("; sub, div and pow are not (a mean is the mean shorthand; a difference or ratio of neighbours is "
+                "not a reduce)")
+    return ""
 
 
 def _integral(values: tuple) -> bool:

@@ -103,6 +103,20 @@ def _order_dependent(stage, value: torch.Tensor, summed_scale: torch.Tensor, com
         (_fold_as_sum(stage, log.clamp(max=0)) < math.log(info.tiny))
 
 
+def _meets_non_finite(stage, xs: list[torch.Tensor]) -> torch.Tensor:
+    """Where a user operator combines an infinity or NaN into the result. Its associativity is checked on finite
+    numbers only: with an infinity, one grouping can multiply it by zero and another not (a linear recurrence
+    whose decays hold 0 and inf gives NaN or inf by grouping), so there the grouping decides the value. Builtin
+    operators are associative on infinities too."""
+    spec = operator_spec(stage.op)
+    if spec is not None and spec.identity is not None:
+        return torch.zeros((), dtype=torch.bool)
+    flags = [(~torch.isfinite(x)).to(torch.float64) for x in xs if x.is_floating_point()]
+    if not flags:
+        return torch.zeros((), dtype=torch.bool)
+    return functools.reduce(torch.logical_or, [_fold_as_sum(stage, f) > 0 for f in flags])
+
+
 def _spread(masks: list[torch.Tensor], shape) -> torch.Tensor:
     """An elementwise result of ``shape`` is order dependent where any stream field it broadcasts from is."""
     out = torch.zeros(shape, dtype=torch.bool)
@@ -174,11 +188,11 @@ def _combine(stage, xs: list, scales: list, loose: list, compute: torch.dtype, r
         summed = _fold_as_sum(stage, scales[0])
         scale = torch.maximum(_magnitude(_combine_scale(stage, combined[0], xs[0], scales[0])),
                               _magnitude(combined[0]))
-        loose = spread | _order_dependent(stage, xs[0], summed, compute)
+        loose = spread | _order_dependent(stage, xs[0], summed, compute) | _meets_non_finite(stage, xs)
         # (cummax/cummin add a field: the positions, exact)
         return combined, [scale] + [torch.zeros(scale.shape)] * (len(combined) - 1), [loose] * len(combined)
     bound = functools.reduce(torch.maximum, [_fold_as_sum(stage, s) for s in scales])
-    order_dependent = spread | (bound > torch.finfo(compute).max)
+    order_dependent = spread | (bound > torch.finfo(compute).max) | _meets_non_finite(stage, xs)
     return combined, [torch.maximum(bound, _magnitude(c)) for c in combined], [order_dependent] * len(combined)
 
 
