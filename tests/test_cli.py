@@ -118,7 +118,12 @@ def test_check_leaves_out_where_a_user_operator_meets_an_infinity():
 
 
 @pytest.mark.parametrize("argv", [["check", "map exp | sum", "--examples", "0"],
-                                  ["bench", "map exp | sum", "--device", "cpu"]])
+                                  ["bench", "map exp | sum", "--device", "cpu"],
+                                  # found by the hostile review of 2026-11-30 (each was a traceback and exit 1)
+                                  ["run", "map exp | sum", "--shape", "10", "--seed", str(10**23)],
+                                  ["run", "map exp | sum", "--shape", str(10**20)],
+                                  ["check", "map exp | sum", "--rank", "40", "--examples", "2"],
+                                  ["check", "map exp | sum", "--max-side", "100000"]])
 def test_check_and_bench_mistakes_exit_2(argv, capsys):
     assert main(argv) == 2
     assert "error:" in capsys.readouterr().err
@@ -138,3 +143,9 @@ def test_check_reports_an_error_raised_while_checking(monkeypatch, capsys):
     monkeypatch.setattr(tricomb.testing, "assert_matches_torch", broken)
     assert main(["check", "map exp | sum", "--examples", "5", "--device", "cpu"]) == 1
     assert "checking raised ValueError: the oracle broke" in capsys.readouterr().out
+
+
+def test_an_env_file_that_exits_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(5)\n")
+    assert main(["run", "map exp | sum", "--shape", "4", "--env", str(tmp_path / "exits.py")]) == 2
+    assert "running it raised SystemExit: 5" in capsys.readouterr().err

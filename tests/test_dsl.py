@@ -165,7 +165,7 @@ def test_library_stage_results_and_errors(device):
     torch.testing.assert_close(tc.parse("var(axis=1)")(x).cpu(), x.cpu().var(1), rtol=1e-5, atol=1e-5)
     with pytest.raises(tc.ParseError, match="'axes' is not an argument of var; var takes axis, keepdim"):
         tc.parse("var(axes=1)")
-    with pytest.raises(tc.ParseError, match=r"alpha must be in \(0, 1\]"):
+    with pytest.raises(tc.ArgumentError, match=r"alpha must be a number in \(0, 1\]"):
         tc.parse("ema(alpha=2.0)")
 
 

@@ -1,5 +1,6 @@
 """Each error class: its message names the problem and the fix, and points at the user's own code."""
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -135,8 +136,10 @@ def test_out_buffer_is_filled(device):
 
 def test_every_error_class_is_a_tricomb_error():
     for cls in (tc.ParseError, tc.UnknownNameError, tc.ArityError, tc.TraceError, tc.InlineError, tc.ShapeError,
-                tc.AxisError, tc.DTypeError, tc.DeviceError, tc.UnsupportedError):
+                tc.AxisError, tc.DTypeError, tc.DeviceError, tc.UnsupportedError, tc.StageError, tc.LawError,
+                tc.ArgumentError):
         assert issubclass(cls, tc.TricombError)
+    assert issubclass(tc.ArgumentError, ValueError)
 
 
 # Found by the new-user trial of 2026-11-30: each mistake's message says what to write instead.
@@ -180,3 +183,76 @@ def test_the_law_error_hint_fits_the_operator():
     with pytest.raises(tc.LawError) as step:
         tc.scan(lambda h, x: 0.5 * h + x)
     assert "tc.library.linear_recurrence() is that scan" in str(step.value)
+
+
+# Found by the hostile review of 2026-11-30: raw Python, lark and Triton errors that leaked, and locations that
+# pointed inside tricomb or lark.
+
+@pytest.mark.parametrize("build,message", [
+    (lambda: tc.library.norm(ord=-1), "norm's ord must be a positive number"),  # argument-line
+    (lambda: tc.library.norm(ord="fro"), "norm's ord must be a positive number"),  # argument-line
+    (lambda: tc.library.ema(alpha=0), r"ema's alpha must be a number in \(0, 1\]"),  # argument-line
+    (lambda: tc.library.ema(alpha="a"), r"ema's alpha must be a number in \(0, 1\]"),  # argument-line
+    (lambda: tc.library.var(correction="a"), "correction must be an int"),  # argument-line
+    (lambda: tc.reduce(tc.add, dim=0), r"not dim= \(torch's dim is axis here\)"),  # argument-line
+    (lambda: tc.scan(tc.add, dim=0), r"not dim= \(torch's dim is axis here\)"),  # argument-line
+    (lambda: tc.reduce(lambda a, b: a + b, identity=(v for v in [0.0])), "identity= must be a Python number"),  # argument-line
+    (lambda: tc.parse("sum", env="abc"), "env must be a dict"),  # argument-line
+    (lambda: tc.sum()(x=torch.ones(2)), "takes its inputs by position, not as x="),  # argument-line
+])
+def test_bad_arguments_raise_argument_error_at_the_users_line(build, message):
+    with pytest.raises(tc.ArgumentError, match=message) as info:
+        build()
+    assert info.value.location.file == __file__
+    assert "# argument-line" in Path(__file__).read_text().splitlines()[info.value.location.line - 1]
+
+
+def test_a_type_as_a_function_says_what_to_write():
+    with pytest.raises(tc.TraceError, match=r"the type float, .* write x \* 1.0"):
+        tc.map(float)
+
+
+@pytest.mark.parametrize("text,message,column", [
+    ("map x -> x + " + "1" * 5000, "ValueError: Exceeds the limit", 14),
+    ("var(axis=1, keepdim=2)", "keepdim must be True or False", 1),
+    ("linear_recurrence(reverse=3)", "reverse must be True or False", 1),
+    ("norm(ord=None)", "norm's ord must be a positive number", 1),
+])
+def test_errors_inside_the_text_builder_point_at_the_text(text, message, column):
+    with pytest.raises(tc.TricombError, match=message) as info:
+        tc.parse(text)
+    assert info.value.location.file == "<pipeline>" and info.value.location.column == column
+
+
+def test_text_nested_past_the_recursion_limit_is_a_parse_error():
+    with pytest.raises(tc.ParseError, match="nests too deeply"):
+        tc.parse("map x -> " + "exp(" * 2000 + "x" + ")" * 2000)
+
+
+def test_a_long_line_shows_the_hundred_characters_around_the_caret():
+    with pytest.raises(tc.ParseError) as info:
+        tc.parse("map x -> x + " + "y+" * 300 + " | sum")
+    shown = str(info.value).splitlines()[-2:]
+    assert shown[0].strip().startswith("...") and len(shown[0].strip()) < 110
+    assert shown[1].index("^") == shown[0].index("| sum")
+
+
+def test_errors_tracing_a_text_lambda_point_at_the_lambda():
+    def one(a):
+        return a
+    with pytest.raises(tc.TraceError, match="one\\(\\) takes 1 positional argument") as info:
+        tc.parse("map x -> g(x, x)", env={"g": one})
+    assert info.value.location.file == "<pipeline>" and info.value.location.column == 5
+
+
+def test_a_deeply_nested_function_is_refused_at_the_call_not_with_a_recursion_error():
+    pipe = tc.map(lambda v: sum([v * 1.0] * 3000, 0.0))
+    with pytest.raises(tc.UnsupportedError, match="nests too deeply") as info:
+        pipe(torch.ones(2))  # nested-call
+    assert info.value.location.line == _line_of("# nested-call")
+
+
+def test_inputs_and_out_errors_name_the_call_line():
+    with pytest.raises(tc.DTypeError) as info:
+        tc.sum()(torch.ones(2, dtype=torch.complex64))  # complex-call
+    assert info.value.location.line == _line_of("# complex-call")

@@ -106,3 +106,77 @@ def test_a_global_that_cannot_be_copied_is_named():
     with pytest.raises(tc.InlineError, match="NOT_CONSTANT.*list") as info:
         pipe.source(torch.randn(4))
     assert info.value.location.file.endswith("test_jit_inline.py")
+
+
+# Found by the hostile review of 2026-11-30: what an element function cannot do is refused when the stage is
+# built, with the user's file and line, instead of running wrong (the interpreter takes one branch for a whole
+# block) or failing at launch.
+
+@triton.jit
+def _branchy(x):
+    if x > 0:
+        return x
+    return -x
+
+
+@triton.jit
+def _folds_the_block(x):
+    return tl.sum(x, axis=0)
+
+
+@triton.jit
+def _calls_itself(x):
+    return _calls_itself(x)
+
+
+@triton.jit
+def _ping(x):
+    return _pong(x)
+
+
+@triton.jit
+def _pong(x):
+    return _ping(x)
+
+
+@triton.jit
+def _misspelt(x):
+    return tl.exq(x)
+
+
+@triton.jit
+def _returns_nothing(x):
+    y = x * 2.0  # noqa: F841
+
+
+@pytest.mark.parametrize("fn,message", [
+    (_branchy, "uses if on its values; .* Use tl.where"),
+    (_folds_the_block, r"calls tl.sum, which works on a whole block"),
+    (_calls_itself, r"calls itself \(_calls_itself -> _calls_itself\)"),
+    (_ping, r"calls itself \(_ping -> _pong -> _ping\)"),
+    (_misspelt, r"uses tl.exq, which triton.language does not have"),
+    (_returns_nothing, "returns nothing"),
+])
+def test_what_an_element_function_cannot_do_is_refused_with_its_line(fn, message):
+    with pytest.raises(tc.InlineError, match=message) as info:
+        tc.map(fn)(torch.ones(3))
+    assert info.value.location.file == __file__ and info.value.location.line == fn.fn.__code__.co_firstlineno
+
+
+def test_a_python_lambda_may_call_a_jit_function():
+    x = torch.tensor([-1.0, 2.0, 3.0])
+    got = tc.map(lambda v: _outer(v) * 2.0 + _two(v, v))(x)
+    torch.testing.assert_close(got, (x * 3.0 + 1.0) * 2.0 + (x * x - x))
+
+
+def test_a_jit_function_called_with_the_wrong_number_of_arguments_says_so_where_it_is_called():
+    with pytest.raises(tc.ArityError, match=r"'_two' takes 2 argument\(s\), got 1") as info:
+        tc.map(lambda v: _two(v))  # one-argument
+    assert info.value.location.line == _line_of("# one-argument")
+    with pytest.raises(tc.ArityError, match=r"'_two' takes 2 argument\(s\), got 3") as info:
+        tc.parse("map x -> _two(x, x, x)", env={"_two": _two})
+    assert info.value.location.column == 10
+
+
+def _line_of(marker: str) -> int:
+    return next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1) if line.rstrip().endswith(marker))

@@ -436,3 +436,37 @@ def test_a_scan_with_an_identity_starts_from_it_as_the_kernel_does(device):
     d = torch.tensor([[float("nan"), 0.5, 0.5]], device=device)
     h, decay = assert_matches_torch(tc.library.linear_recurrence(), v, d)
     assert torch.isnan(h).all() and torch.isnan(decay).all()
+
+
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 2, 3, 2.0, 3.0, 0.25, -1.0])
+def test_a_constant_exponent_gives_torch_pow_on_every_special_value(exponent, device):
+    """torch.pow computes exponents 0.5 and -0.5 as sqrt and rsqrt and 2 and 3 by multiplying, which differ from
+    C's pow on -inf and -0.0 (sqrt(-inf) is NaN, pow(-inf, 0.5) is inf); x ** 0.5 gave inf for -inf."""
+    x = torch.tensor([-math.inf, -0.0, 0.0, math.inf, -2.0, 4.0, math.nan, 1e-30], device=device)
+    got, want = tc.map(lambda v: v ** exponent)(x), torch.pow(x, exponent)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-5, atol=0)  # (the portable pow: a few ulp)
+    zeros = want == 0
+    assert torch.equal(got[zeros].signbit(), want[zeros].signbit()), "the sign of a zero"
+    ints = torch.arange(-3, 4, device=device)
+    if exponent in (2, 3, 2.0, 3.0):
+        torch.testing.assert_close(tc.map(lambda v: v ** exponent)(ints), torch.pow(ints, exponent))
+
+
+def test_out_with_a_lazy_negation_bit_is_refused(device):
+    """out= that is a view with is_neg() set was written as plain values, so reading it back negated them."""
+    negated = torch.zeros(4, dtype=torch.complex64, device=device).conj().imag
+    assert negated.is_neg()
+    with pytest.raises(tc.DTypeError, match="lazy negation"):
+        tc.map(tc.exp)(torch.randn(4, device=device), out=negated)
+
+
+def test_a_function_of_constants_alone_fills_the_inputs_shape(device):
+    """exp(1.0) depends on no input: the result broadcasts with the function's arguments, as a plain constant
+    does (the emitted module computed the shape of nothing and failed)."""
+    x = torch.randn(2, 3, device=device)
+    torch.testing.assert_close(tc.map(lambda v: tc.exp(1.0))(x), torch.full((2, 3), math.e, device=device))
+    torch.testing.assert_close(tc.parse("zip_with (a, b) -> exp(1.0)")(x[0], x),
+                               torch.full((2, 3), math.e, device=device))
+    got = tc.map(lambda v: (v, tc.where(True, 1, 2)))(x)
+    assert torch.equal(got[1], torch.ones(2, 3, dtype=torch.int64, device=device))

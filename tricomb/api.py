@@ -1,11 +1,12 @@
 """The Python API: stage constructors, ``>>`` composition, and calling a pipeline on tensors."""
 from __future__ import annotations
 
+import functools
 import numbers
 
 import torch
 
-from .errors import AxisError, DTypeError, TricombError, caller_location
+from .errors import ArgumentError, AxisError, DTypeError, TricombError, UnsupportedError, caller_location
 from .lower.fuse import KernelPlan, describe
 from .pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
 from .pipeline.printer import pipeline_text
@@ -34,6 +35,20 @@ class Plan:
         return describe(self.kernel_plan)
 
     __repr__ = __str__
+
+
+def _nesting_refused(method):
+    """``method``, raising UnsupportedError where a scalar function nests past Python's recursion limit (tricomb
+    walks expressions recursively), instead of a RecursionError from deep inside."""
+    @functools.wraps(method)
+    def guarded(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except RecursionError:
+            raise UnsupportedError("a scalar function of this pipeline nests too deeply for tricomb (past Python's "
+                                   "recursion limit, some hundreds of operations in one chain); split it across "
+                                   "map stages, or write it as a @triton.jit function", caller_location()) from None
+    return guarded
 
 
 class Pipeline:
@@ -66,14 +81,20 @@ class Pipeline:
         raise TricombError(f"only pipelines compose with >>; {other!r} is not one. Wrap scalar functions in "
                            "tc.map(...) or tc.zip_with(...)", caller_location())
 
-    def __call__(self, *inputs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    @_nesting_refused
+    def __call__(self, *inputs: torch.Tensor, out: torch.Tensor | None = None, **named) -> torch.Tensor:
+        if named:
+            raise ArgumentError(f"a pipeline takes its inputs by position, not as {', '.join(k + '=' for k in named)}"
+                                "; call pipe(x, y) (out= is the one keyword)", caller_location())
         result = launch.run(self.ir, self._cache, inputs, out)
         return result if self._named is None else self._named(result)
 
+    @_nesting_refused
     def source(self, *inputs: torch.Tensor) -> str:
         """The emitted module (Python source) for inputs like ``inputs``: it defines ``launch(*inputs)``."""
         return launch.emit_source(self.ir, inputs)
 
+    @_nesting_refused
     def explain(self, *inputs: torch.Tensor) -> Plan:
         """The kernel plan for inputs like ``inputs``."""
         return Plan(launch.make_plan(self.ir, inputs))
@@ -88,6 +109,7 @@ class Pipeline:
     def __hash__(self) -> int:
         return hash(self.ir)
 
+    @_nesting_refused
     def __str__(self) -> str:
         return pipeline_text(self.ir)
 
@@ -115,7 +137,7 @@ def build_reduce(op, axis, keepdim, mean: bool, where, dtype=None, index: bool =
                  skip_nan: bool = False, identity=None) -> Pipeline:
     fn = to_function(op, role="reduce's operator", location=where)
     if not isinstance(keepdim, bool):
-        raise TricombError(f"keepdim must be True or False, got {keepdim!r}", where)
+        raise ArgumentError(f"keepdim must be True or False, got {keepdim!r}", where)
     stage = Reduce(fn, _axes(axis, where), keepdim, mean, _dtype(dtype, where), index, skip_nan,
                    _identity(identity, where), where)
     return Pipeline(PipelineIR((stage,)))
@@ -127,7 +149,7 @@ def build_scan(op, axis, where, dtype=None, reverse: bool = False, exclusive: bo
         raise AxisError(f"scan's axis must be an int, got {axis!r}", where)
     for name, flag in (("reverse", reverse), ("exclusive", exclusive)):
         if not isinstance(flag, bool):
-            raise TricombError(f"{name} must be True or False, got {flag!r}", where)
+            raise ArgumentError(f"{name} must be True or False, got {flag!r}", where)
     fn = to_function(op, role="scan's operator", location=where)
     stage = Scan(fn, int(axis), _dtype(dtype, where), reverse, exclusive, _identity(identity, where), where, index)
     return Pipeline(PipelineIR((stage,)))
@@ -138,11 +160,12 @@ def _identity(identity, where):
     tuples; a list is taken as a tuple)."""
     if identity is None or isinstance(identity, (bool, int, float)):
         return identity
-    numbers_only = [v for v in identity if isinstance(v, (bool, int, float))] if isinstance(identity, (tuple, list)) \
+    listed = isinstance(identity, (tuple, list))
+    numbers_only = [v for v in identity if isinstance(v, (bool, int, float))] if listed \
         else []  # (this module's own all/any are the shorthands)
-    if identity and len(numbers_only) == len(identity):
+    if listed and identity and len(numbers_only) == len(identity):
         return identity[0] if len(identity) == 1 else tuple(identity)
-    raise TricombError(f"identity= must be a Python number (the e with e op x == x), or a tuple of numbers for an "
+    raise ArgumentError(f"identity= must be a Python number (the e with e op x == x), or a tuple of numbers for an "
                        f"operator on tuples; got {identity!r}", where)
 
 
@@ -185,7 +208,7 @@ def zip_with(g) -> Pipeline:
     return build_zip_with(g, caller_location())
 
 
-def reduce(op, axis=None, keepdim: bool = False, dtype=None, identity=None) -> Pipeline:  # noqa: A001
+def reduce(op, axis=None, keepdim: bool = False, dtype=None, identity=None, **others) -> Pipeline:  # noqa: A001
     """``reduce(op, axis=None, keepdim=False, dtype=None, identity=None)``: combine along ``axis`` (None or ``()``:
     all axes; an int or a tuple of ints) with the associative operator ``op``: a builtin (``tc.add``, ``tc.mul``,
     ``tc.maximum``, ``tc.minimum``, ``tc.logaddexp``, ...), or a function of two values with its ``identity``,
@@ -198,16 +221,19 @@ def reduce(op, axis=None, keepdim: bool = False, dtype=None, identity=None) -> P
     for a malformed axis, :class:`DTypeError` for an unknown dtype, :class:`UnsupportedError` for an operator
     that is not a builtin associative one or that takes no dtype.
     """
+    _no_other_arguments("reduce", "op, axis=, keepdim=, dtype= and identity=", others)
     return build_reduce(op, axis, keepdim, False, caller_location(), dtype, identity=identity)
 
 
-def scan(op, axis: int = -1, reverse: bool = False, exclusive: bool = False, dtype=None, identity=None) -> Pipeline:
+def scan(op, axis: int = -1, reverse: bool = False, exclusive: bool = False, dtype=None, identity=None,
+         **others) -> Pipeline:
     """``scan(op, axis=-1, reverse=False, exclusive=False, dtype=None)``: prefix combine along ``axis`` (as
     ``torch.cumsum`` for ``tc.add``). ``reverse`` combines from the end (suffixes: ``flip``, scan, ``flip``);
     ``exclusive`` leaves each element out of its own result, so the first holds the operator's identity (the
     usual exclusive scan, as in G. E. Blelloch, "Prefix sums and their applications", CMU-CS-90-190, 1990).
     ``dtype`` as torch.cumsum's (add and mul only). ``op`` and ``identity`` as for :func:`reduce`; a scan keeps
     the order of its operands, so its operator need not commute. The result has the stream's shape."""
+    _no_other_arguments("scan", "op, axis=, reverse=, exclusive=, dtype= and identity=", others)
     return build_scan(op, axis, caller_location(), dtype, reverse, exclusive, identity)
 
 
@@ -250,7 +276,7 @@ def fanout(*reduces: Pipeline) -> Pipeline:
 def _no_other_arguments(name: str, allowed: str, extra: dict) -> None:
     if extra:
         wrong = ", ".join(f"{k}=" for k in extra)
-        raise TricombError(f"tc.{name} takes {allowed}, not {wrong}" + (" (torch's dim is axis here)"
+        raise ArgumentError(f"tc.{name} takes {allowed}, not {wrong}" + (" (torch's dim is axis here)"
                            if "dim" in extra else ""), caller_location())
 
 

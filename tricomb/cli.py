@@ -110,14 +110,21 @@ def _inputs(args, pipe, device: torch.device) -> list[torch.Tensor]:
         if len(args.input) != count:
             raise UsageError(f"the pipeline takes {count} input(s) but --input names {len(args.input)} file(s)")
         return [_load(path).to(device) for path in args.input]
-    if any(n < 0 for n in args.shape):
-        raise UsageError(f"--shape {' '.join(map(str, args.shape))}: sizes must be 0 or more")
+    if any(n < 0 or n >= 2**62 for n in args.shape):
+        raise UsageError(f"--shape {' '.join(map(str, args.shape))}: sizes must be 0 or more (and below 2**62)")
+    _check_seed(args.seed)
     generator = torch.Generator().manual_seed(args.seed)
     try:
         return [torch.randn(shape, generator=generator).to(DTYPES[args.dtype]).to(device)
                 for shape in _input_shapes(pipe, tuple(args.shape))]
-    except (RuntimeError, MemoryError) as exc:
-        raise UsageError(f"--shape {' '.join(map(str, args.shape))}: cannot make inputs of that shape ({exc})")
+    except (RuntimeError, MemoryError, TypeError, ValueError, OverflowError) as exc:
+        raise UsageError(f"--shape {' '.join(map(str, args.shape))}: cannot make inputs of that shape ({exc})") \
+            from None
+
+
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed < 2**63:
+        raise UsageError(f"--seed {seed}: must be 0 or more and below 2**63")
 
 
 def _pipeline(args):
@@ -128,7 +135,7 @@ def _pipeline(args):
             raise UsageError(f"--env {args.env}: no such file")
         try:
             namespace = runpy.run_path(args.env, run_name="tricomb_env")
-        except Exception as exc:  # the user's file failed: say where, not a traceback of tricomb
+        except (Exception, SystemExit) as exc:  # the user's file failed: say where, not a traceback of tricomb
             raise UsageError(f"--env {args.env}: running it raised {type(exc).__name__}: {exc}") from None
         env = {k: v for k, v in namespace.items()
                if not k.startswith("__") and not isinstance(v, types.ModuleType)}  # `import triton` names no function
@@ -214,8 +221,13 @@ def _explain(args) -> int:
 def _check(args) -> int:
     from rich.console import Console
     from .commands.check import check
-    if args.examples < 1 or args.rank < 0 or args.max_side < 0:
-        raise UsageError("--examples must be 1 or more, --rank and --max-side 0 or more")
+    if not (1 <= args.examples <= 10**6 and 0 <= args.rank <= 8 and 0 <= args.max_side):
+        raise UsageError("--examples must be 1 to 1000000, --rank 0 to 8 and --max-side 0 or more")
+    if args.max_side ** args.rank > 1 << 20:
+        raise UsageError(f"--max-side {args.max_side} with --rank {args.rank} allows inputs of "
+                         f"{args.max_side}**{args.rank} elements; hypothesis draws every element, so keep it at "
+                         "most 2**20 (lower --max-side)")
+    _check_seed(args.seed)
     pipe = _pipeline(args)
     device = _device(args)
     outcome = check(pipe, lambda shape: _input_shapes(pipe, shape), DTYPES[args.dtype], device, args.rank,

@@ -21,10 +21,16 @@ class Location:
     source_line: str | None = field(default=None, compare=False)  # the line itself, for a caret under column
 
     def caret(self) -> str:
-        """The source line and a caret under the column (empty without them)."""
+        """The source line and a caret under the column (empty without them); of a long line, the 100 characters
+        around the column."""
         if self.source_line is None or self.column is None:
             return ""
-        return f"\n    {self.source_line}\n    {' ' * (self.column - 1)}^"
+        line, column = self.source_line, self.column
+        start = max(0, min(column - 50, len(line) - 100))
+        if start or len(line) > 100:
+            line = ("..." if start else "") + line[start:start + 100] + ("..." if start + 100 < len(line) else "")
+            column = column - start + (3 if start else 0)
+        return f"\n    {line}\n    {' ' * (column - 1)}^"
 
     def __str__(self) -> str:
         col = f", column {self.column}" if self.column is not None else ""
@@ -75,6 +81,11 @@ class DTypeError(TricombError):
 
 class DeviceError(TricombError):
     """Inputs on different devices, or on a device tricomb cannot run on."""
+
+
+class ArgumentError(TricombError, ValueError):
+    """A stage's or library pipeline's argument of the wrong type or value (``keepdim=2``, ``ema(alpha=0)``,
+    ``dim=``, ``identity=`` that is not numbers), or a call given keyword inputs. Also a ValueError."""
 
 
 class StageError(TricombError):

@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import numbers
 
 from . import api
-from .errors import TricombError, caller_location
+from .errors import ArgumentError, caller_location
 from .pipeline.operators import Laws, declare_laws
 from .scalar.trace import BUILTINS, to_function
 
@@ -25,7 +26,7 @@ def _arguments_named(fn):
     def pipeline(*args, **kwargs):
         extra = [k for k in kwargs if k not in params]
         if extra:
-            raise TricombError(f"tc.library.{fn.__name__} takes {', '.join(params)}, not "
+            raise ArgumentError(f"tc.library.{fn.__name__} takes {', '.join(params)}, not "
                                f"{', '.join(k + '=' for k in extra)}" +
                                (" (torch's dim is axis here)" if "dim" in extra else ""), caller_location())
         return fn(*args, **kwargs)
@@ -85,10 +86,10 @@ def linear_recurrence(axis: int = -1, reverse: bool = False) -> api.Pipeline:
 @_arguments_named
 def ema(alpha: float, axis: int = -1) -> api.Pipeline:
     """The exponential moving average ``y[t] = alpha * x[t] + (1 - alpha) * y[t-1]`` with ``y[-1] = 0``, along
-    ``axis`` of one input; the result has its shape and (float) dtype. Raises ValueError for ``alpha`` outside
-    (0, 1]."""
-    if not 0.0 < float(alpha) <= 1.0:
-        raise ValueError(f"ema's alpha must be in (0, 1], got {alpha!r}")
+    ``axis`` of one input; the result has its shape and (float) dtype. Raises :class:`~tricomb.ArgumentError` (a ValueError) for
+    ``alpha`` outside (0, 1]."""
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0.0 < _float(alpha) <= 1.0:
+        raise ArgumentError(f"ema's alpha must be a number in (0, 1], got {alpha!r}", caller_location())
     alpha = float(alpha)
     return (api.map(lambda x: (alpha * x, where(x == x, 1.0 - alpha, x * 1.0)))
             >> api.scan(LINEAR, axis=axis, identity=(0.0, 1.0)) >> api.map(lambda y, decay: y))
@@ -115,6 +116,21 @@ def _moments(axis, keepdim: bool) -> api.Pipeline:
     return triples >> api.reduce(WELFORD, axis=axis, keepdim=keepdim, identity=(0.0, 0.0, 0.0))
 
 
+def _float(value: numbers.Real) -> float:
+    """``value`` as a float; an integer too large for one is infinite."""
+    try:
+        return float(value)
+    except OverflowError:
+        return _INF if value > 0 else -_INF
+
+
+def _correction(correction) -> int:
+    if isinstance(correction, bool) or not isinstance(correction, numbers.Integral):
+        raise ArgumentError(f"correction must be an int (1: the sample variance, 0: the population one), got "
+                            f"{correction!r}", caller_location())
+    return int(correction)
+
+
 def _dof(n, correction: int):
     """torch.var's divisor: ``max(0, n - correction)`` (so nothing left gives NaN or inf, as torch's)."""
     return where(n - correction > 0, n - correction, 0.0)
@@ -125,12 +141,14 @@ def var(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
     """The variance along ``axis`` as torch.var: the sum of squared deviations over ``count - correction``
     (``correction=1``: the sample variance; 0: the population one), in one pass of Welford merges (Chan, Golub
     and LeVeque 1983), stable where the sum-of-squares formula cancels. Float inputs."""
+    correction = _correction(correction)
     return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: m2 / _dof(n, correction))
 
 
 @_arguments_named
 def std(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
     """The standard deviation along ``axis`` as torch.std: the square root of :func:`var`."""
+    correction = _correction(correction)
     return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: sqrt(m2 / _dof(n, correction)))
 
 
@@ -138,16 +156,17 @@ def std(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
 def norm(ord: float = 2.0, axis=None, keepdim: bool = False) -> api.Pipeline:  # noqa: A002 - torch's name
     """The vector norm along ``axis`` as torch.linalg.vector_norm: ``ord`` 2 (the square root of the sum of
     squares), 1 (the sum of magnitudes), ``inf`` (the largest magnitude) or any other positive number p
-    (``sum(|x| ** p) ** (1 / p)``). Float inputs. Raises ValueError for ``ord`` <= 0."""
-    ord = float(ord)
+    (``sum(|x| ** p) ** (1 / p)``). Float inputs. Raises :class:`~tricomb.ArgumentError` (a ValueError) for an
+    ``ord`` that is not a positive number (torch's matrix norms, "fro" say, are not vector norms)."""
+    if isinstance(ord, bool) or not isinstance(ord, numbers.Real) or not _float(ord) > 0.0:
+        raise ArgumentError(f"norm's ord must be a positive number (or inf), got {ord!r}", caller_location())
+    ord = _float(ord)
     if ord == _INF:
         return api.map(lambda x: abs_(x * 1.0)) >> api.max(axis=axis, keepdim=keepdim)
     if ord == 2.0:
         return api.map(lambda x: (x * 1.0) * x) >> api.sum(axis=axis, keepdim=keepdim) >> api.map(sqrt)
     if ord == 1.0:
         return api.map(lambda x: abs_(x * 1.0)) >> api.sum(axis=axis, keepdim=keepdim)
-    if ord <= 0.0:
-        raise ValueError(f"norm's ord must be positive (or inf), got {ord!r}")
     return (api.map(lambda x: abs_(x * 1.0) ** ord) >> api.sum(axis=axis, keepdim=keepdim)
             >> api.map(lambda s: s ** (1.0 / ord)))
 

@@ -15,8 +15,7 @@ import math
 import lark
 
 from ..errors import ArityError, ParseError, UnknownNameError
-from ..scalar.ir import JitCall, JitRef
-from ..scalar.trace import Traced, is_jit_function, to_expr
+from ..scalar.trace import is_jit_function, jit_call
 
 _CONSTANTS = {"inf": math.inf, "nan": math.nan, "True": True, "False": False}
 _BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
@@ -27,7 +26,7 @@ _BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a
 
 def _call(fn, args):
     if is_jit_function(fn):
-        return Traced(JitCall(JitRef(fn), tuple(to_expr(a) for a in args)))
+        return jit_call(fn, tuple(args))
     return fn(*args)
 
 
@@ -99,4 +98,5 @@ class Expressions(lark.Transformer):
         fn.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                                               for n in names])  # the tracer counts these
         fn.__name__ = "<lambda>"
+        fn.__tricomb_location__ = self._where(params[0])  # errors about it point at the text, not at this module
         return fn

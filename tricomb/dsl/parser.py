@@ -7,6 +7,7 @@ an unknown name raises :class:`UnknownNameError` with the closest known names.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import difflib
 import functools
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import lark
 
-from ..errors import Location, ParseError, TricombError, UnknownNameError
+from ..errors import ArgumentError, Location, ParseError, TricombError, UnknownNameError, caller_location
 from ..pipeline.shorthands import OPERATOR_ALIASES, SHORTHANDS
 from ..scalar.trace import BUILTINS
 from .lambdas import Expressions
@@ -99,7 +100,8 @@ def _syntax_error(text: str, exc: lark.exceptions.UnexpectedInput, source: str) 
         lines = text.splitlines() or [""]
         line, column = len(lines), len(lines[-1]) + 1
     if isinstance(exc, lark.exceptions.UnexpectedToken):
-        found = "end of text" if exc.token.type == "$END" else repr(str(exc.token))
+        token = str(exc.token)
+        found = "end of text" if exc.token.type == "$END" else repr(token if len(token) <= 40 else token[:37] + "...")
     elif isinstance(exc, lark.exceptions.UnexpectedCharacters):
         found = repr(text[exc.pos_in_stream]) if exc.pos_in_stream < len(text) else "end of text"
     else:
@@ -262,7 +264,10 @@ class _Build(Expressions):
             kwargs[key] = value
         try:
             return fn(**kwargs)
-        except (TypeError, ValueError) as exc:
+        except TricombError as exc:  # located at the call inside this parser: point at the text instead
+            raise self._at_argument(type(exc)(exc.message, self._where(meta)), self._where(meta), arguments) \
+                from None
+        except (TypeError, ValueError, OverflowError) as exc:
             raise ParseError(f"{name}: {exc}", self._where(meta)) from None
 
     def pipeline(self, items):
@@ -283,17 +288,31 @@ def parse(text: str, env: dict | None = None, *, source: str = "<pipeline>"):
     :class:`UnknownNameError` (with did-you-mean suggestions).
     """
     if not isinstance(text, str):
-        raise TricombError(f"tc.parse takes DSL text (a str), got {type(text).__name__}")
+        raise TricombError(f"tc.parse takes DSL text (a str), got {type(text).__name__}", caller_location())
+    if env is not None and not isinstance(env, collections.abc.Mapping):
+        raise ArgumentError(f"tc.parse's env must be a dict of names to functions, got {type(env).__name__}; "
+                           "pass env={'name': fn}", caller_location())
     bad = [k for k in (env or {}) if not isinstance(k, str)]
     if bad:
-        raise TricombError(f"env keys must be names (str); got {bad!r}")
+        raise TricombError(f"env keys must be names (str); got {bad!r}", caller_location())
     try:
         tree = _parser().parse(text)
+        return _Build(text, dict(env or {}), source).transform(tree)
     except lark.exceptions.UnexpectedInput as exc:
         raise _syntax_error(text, exc, source) from None
-    try:
-        return _Build(text, dict(env or {}), source).transform(tree)
     except lark.exceptions.VisitError as exc:
         if isinstance(exc.orig_exc, TricombError):
             raise exc.orig_exc from None
-        raise
+        raise ParseError(f"{type(exc.orig_exc).__name__}: {exc.orig_exc}", _visit_location(text, source, exc.obj)) \
+            from None
+    except RecursionError:
+        raise ParseError("the text nests too deeply for the parser (Python's recursion limit); split long "
+                         "expressions, or build the pipeline in Python", Location(source, 1, 1)) from None
+
+
+def _visit_location(text: str, source: str, obj) -> Location:
+    """Where the tree node or token ``obj`` starts in ``text``."""
+    meta = getattr(obj, "meta", None)
+    line = getattr(obj, "line", None) or getattr(meta, "line", None) or 1
+    column = getattr(obj, "column", None) or getattr(meta, "column", None) or 1
+    return _location(text, source, line, column)

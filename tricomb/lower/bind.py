@@ -244,8 +244,18 @@ def bind(pipeline: PipelineIR, tensors: tuple, out=None) -> tuple[Binding, tuple
     """Check ``tensors`` (and ``out``) against ``pipeline``; return their layout class and torch's result fields.
 
     Raises :class:`TricombError` subclasses for a wrong number of inputs, non-tensors, unsupported dtypes,
-    mixed devices, shapes that do not broadcast, axes out of range, and an ``out`` that does not fit.
+    mixed devices, shapes that do not broadcast, axes out of range, and an ``out`` that does not fit; an error
+    that no stage caused is located at the user's call.
     """
+    try:
+        return _bind(pipeline, tensors, out)
+    except TricombError as exc:
+        if exc.location is not None:
+            raise
+        raise type(exc)(exc.message, caller_location()) from None
+
+
+def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Field, ...]]:
     _check_tensors(pipeline, tensors)
     at, stage = combine_stage(pipeline)
     owners = input_stages(pipeline)
@@ -314,6 +324,10 @@ def _check_one_out(out, field: Field, tensors: tuple, name: str) -> None:
     shape, dtype = field.shape, field.dtype
     if not isinstance(out, torch.Tensor):
         raise TricombError(f"{name} must be a torch.Tensor, got {type(out).__name__}")
+    if out.layout != torch.strided or out.is_neg() or out.is_conj():
+        what = "carries a lazy negation or conjugation bit, which tricomb's plain stores would not honour" \
+            if out.layout == torch.strided else f"is a {out.layout} tensor"
+        raise DTypeError(f"{name} {what}; pass a plain dense tensor (torch.empty({shape}, dtype={dtype}))")
     if tuple(out.shape) != shape:
         raise ShapeError(f"{name} has shape {tuple(out.shape)} but the result has shape {shape}; allocate it with "
                          f"torch.empty({shape}, dtype={dtype})")

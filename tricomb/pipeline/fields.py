@@ -16,11 +16,17 @@ def _union(sets) -> Inputs:
     return frozenset().union(*sets)
 
 
+def _call_inputs(_, operands):
+    """An op's inputs: the union of its tensor operands'; an op on constants only (exp(1.0)) is a constant."""
+    sets = [o for o in operands if isinstance(o, frozenset)]
+    return _union(sets) if sets else None
+
+
 def field_inputs(pipeline: PipelineIR) -> tuple[Inputs, ...]:
     """For each field of ``pipeline``'s result, the indices of the inputs it is computed from.
 
     Mirrors :func:`tricomb.pipeline.evaluate.evaluate`: an op's result broadcasts its tensor operands; a constant
-    returned by a function broadcasts with all the function's arguments; a reduce or scan depends on all of its
+    (or an op on constants only) returned by a function broadcasts with all the function's arguments; a reduce or scan depends on all of its
     stream's inputs.
     """
     stream: list[Inputs] = []
@@ -30,8 +36,7 @@ def field_inputs(pipeline: PipelineIR) -> tuple[Inputs, ...]:
         taken += count
         if isinstance(stage, (Map, ZipWith)):
             args = stream + new
-            outputs = fold(stage.fn, args, lambda _, operands: _union(o for o in operands
-                                                                        if isinstance(o, frozenset)))
+            outputs = fold(stage.fn, args, _call_inputs)
             stream = [o if isinstance(o, frozenset) else _union(args) for o in outputs]
         else:
             stream = [_union(stream + new)] * stream_widths((stage,))[0]

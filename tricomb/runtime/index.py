@@ -70,7 +70,7 @@ def find(pipeline: PipelineIR, key) -> tuple[ModuleType, bool] | None:
             return None
         name, mode = path.read_text().split()
         source = (cache_dir() / name).read_text()
-    except (OSError, ValueError):  # unreadable or half-removed: build it again
+    except (OSError, ValueError, RecursionError):  # unreadable, half-removed, or an IR too deep to name
         return None
     interpret = mode == "interpreted"
     return load_module(source, interpret), interpret
@@ -87,5 +87,5 @@ def enter(pipeline: PipelineIR, key, source: str, interpret: bool) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(f"{name} {'interpreted' if interpret else 'compiled'}\n")
         os.replace(tmp, path)
-    except OSError:  # a read-only cache: every process builds its own
+    except (OSError, RecursionError):  # a read-only cache, or an IR too deep to name: not indexed
         return

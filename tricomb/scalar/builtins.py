@@ -202,7 +202,7 @@ def tc_pow_portable(a, b):
     b_int = tl.floor(b) == b
     b_odd = b_int & (tl.floor(b * 0.5) * 2.0 != b)
     negative = (a < 0.0) | ((a == 0.0) & (1.0 / a < 0.0))  # the sign bit, -0.0 included
-    r = tl.where(negative & b_odd, -mag, mag)
+    r = tl.where(negative & b_odd, mag * -1.0, mag)  # (Triton's unary minus is 0 - x: +0.0 for 0.0)
     r = tl.where((a < 0.0) & (a > float("-inf")) & (~b_int), float("nan"), r)
     r = tl.where((tl.abs(a) == 1.0) & (tl.abs(b) == float("inf")), 1.0, r)
     return tl.where((b == 0.0) | (a == 1.0), 1.0, r)

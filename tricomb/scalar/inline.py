@@ -84,6 +84,8 @@ class _Copier:
         self.taken = taken
         self.code = InlinedCode()
         self._constants: dict[tuple[str, object], str] = {}
+        self._copying: list[int] = []  # the functions being copied, each called by the one before it
+        self._path: list[str] = []  # their names
 
     def fresh(self, base: str) -> str:
         name, i = base, 1
@@ -94,11 +96,27 @@ class _Copier:
 
     def copy(self, jit_fn, top_level: bool = False) -> str:
         py_fn = _python_fn(jit_fn)
+        if id(py_fn) in self._copying:
+            chain = " -> ".join(self._path[self._copying.index(id(py_fn)):] + [py_fn.__name__])
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} calls itself ({chain}); Triton inlines "
+                              "every call, so the recursion would never end. Write it as a loop or a formula",
+                              _location(py_fn))
         if id(py_fn) in self.code.names:
             return self.code.names[id(py_fn)]
         name = self.fresh(f"user_{py_fn.__name__}")  # user_: no clash with kernel locals, helpers, combines
         self.code.names[id(py_fn)] = name
         node = _parse(py_fn)
+        check_elementwise(node, py_fn)
+        self._copying.append(id(py_fn))
+        self._path.append(py_fn.__name__)
+        try:
+            self._rewrite(node, name, py_fn, top_level)
+        finally:
+            self._path.pop()
+            self._copying.pop()
+        return name
+
+    def _rewrite(self, node: ast.FunctionDef, name: str, py_fn, top_level: bool) -> None:
         if top_level and any(isinstance(r.value, ast.Tuple) for r in ast.walk(node) if isinstance(r, ast.Return)):
             raise UnsupportedError(f"@triton.jit function {py_fn.__name__!r} returns a tuple, which tricomb cannot "
                                    "take apart; a @triton.jit function stands for one value. Return the fields "
@@ -108,7 +126,6 @@ class _Copier:
         _Rewriter(self, py_fn, _local_names(node)).visit(node)
         ast.fix_missing_locations(node)
         self.code.definitions.append("@triton.jit\n" + ast.unparse(node) + "\n")
-        return name
 
     def library(self, dotted: str, jit_fn) -> str:
         """A module-level name for Triton's library function ``jit_fn``.
@@ -189,6 +206,9 @@ class _Rewriter(ast.NodeTransformer):
         found, base = _free_value(self.py_fn, chain[0])
         if found and _is_triton_module(base):
             library = _resolve_chain(base, chain[1:])
+            if library is None:
+                raise InlineError(f"@triton.jit function {self.py_fn.__name__!r} uses {'.'.join(chain)}, which "
+                                  f"{base.__name__} does not have", _location(self.py_fn))
             if library is not None and _is_library_jit(library):
                 return ast.copy_location(ast.Name(self.copier.library(".".join(chain), library), ast.Load()), node)
             return self.generic_visit(node)
@@ -201,6 +221,44 @@ class _Rewriter(ast.NodeTransformer):
                 break
         replacement = self.copier.reference(self.py_fn, ".".join(chain), value)
         return ast.copy_location(replacement, node) if replacement is not None else node
+
+
+# Triton functions that work on a whole block (reductions, scans, shapes, memory, program ids): an element
+# function sees one block of elements at a time, so these would mix elements the pipeline keeps apart.
+_BLOCK_FUNCTIONS = {"sum", "max", "min", "reduce", "associative_scan", "cumsum", "cumprod", "argmax", "argmin",
+                    "xor_sum", "softmax", "dot", "dot_scaled", "sort", "flip", "histogram", "reshape", "view",
+                    "trans", "permute", "expand_dims", "join", "split", "interleave", "arange", "load", "store",
+                    "program_id", "num_programs", "gather", "topk", "zeros", "full", "broadcast_to", "ravel",
+                    "atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
+                    "atomic_xchg", "atomic_cas", "make_block_ptr", "advance", "make_tensor_descriptor"}
+
+
+def check_elementwise(node: ast.FunctionDef, py_fn) -> None:
+    """Refuse what a ``@triton.jit`` element function cannot do: branch on its values (``if``, ``while``,
+    ``and``/``or``/``not``, ``a if c else b``: the values are a block, and Triton's interpreter would take one
+    branch for all of it), call Triton's block functions (``tl.sum`` would fold the block, not the element), or
+    return nothing."""
+    params = {a.arg for a in node.args.args}
+    values = params | _local_names(node)
+    where = _location(py_fn)
+    for sub in ast.walk(node):
+        test = sub.test if isinstance(sub, (ast.If, ast.While, ast.IfExp)) else \
+            sub if isinstance(sub, ast.BoolOp) or (isinstance(sub, ast.UnaryOp) and isinstance(sub.op, ast.Not)) \
+            else None
+        if test is not None and any(isinstance(n, ast.Name) and n.id in values for n in ast.walk(test)):
+            kind = {ast.If: "if", ast.While: "while", ast.IfExp: "a conditional expression",
+                    ast.BoolOp: "and/or", ast.UnaryOp: "not"}[type(sub)]
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {kind} on its values; it runs on a "
+                              "block of elements at once, so a branch cannot depend on one. Use tl.where(cond, a, "
+                              "b) (and &, |, ~ for and/or/not)", where)
+        chain = _dotted(sub.func) if isinstance(sub, ast.Call) else None
+        if chain and len(chain) >= 2 and chain[-1] in _BLOCK_FUNCTIONS and chain[0] not in values and \
+                _is_triton_module(_free_value(py_fn, chain[0])[1]):
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} calls {'.'.join(chain)}, which works on a "
+                              "whole block; a scalar function maps one element to one result. Reduce with a "
+                              "pipeline stage instead (tc.sum, tc.reduce)", where)
+    if not any(isinstance(r, ast.Return) and r.value is not None for r in ast.walk(node)):
+        raise InlineError(f"@triton.jit function {py_fn.__name__!r} returns nothing; return its result", where)
 
 
 def _resolve_chain(value, parts: list[str]):

@@ -6,6 +6,7 @@ whose operators build expressions; user ``@triton.jit`` functions become a :clas
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import numbers
 
@@ -60,9 +61,15 @@ class Traced:
     def __truediv__(self, o): return _apply("div", self, o)
     def __rtruediv__(self, o): return _apply("div", o, self)
     def __pow__(self, o):
-        # x ** 2 is exactly x * x in torch too; the general pow goes through exp2/log2
-        return _apply("square", self) if isinstance(o, int) and not isinstance(o, bool) and o == 2 \
-            else _apply("pow", self, o)
+        # torch.pow computes a Python number exponent of 2 or 3 by multiplying and one of 0.5 or -0.5 by sqrt or
+        # rsqrt, which differ from the general pow on -0.0 and -inf (sqrt(-inf) is NaN, pow(-inf, 0.5) inf); a
+        # float exponent makes an integer base a float first, as torch does
+        if isinstance(o, (int, float)) and not isinstance(o, bool) and o in (2, 3, 0.5, -0.5):
+            base = self * 1.0 if isinstance(o, float) and o in (2, 3) else self
+            if o in (2, 3):
+                return _apply("square", base) if o == 2 else _apply("mul", _apply("square", base), base)
+            return _apply("sqrt" if o == 0.5 else "rsqrt", base)
+        return _apply("pow", self, o)
     def __rpow__(self, o): return _apply("pow", o, self)
     def __neg__(self): return _apply("neg", self)
     def __pos__(self): return self
@@ -171,6 +178,11 @@ def to_function(fn, *, role: str, location: Location | None = None) -> Function:
     if hasattr(fn, "ir") and hasattr(fn, "source"):
         raise TraceError(f"{role} is the pipeline {fn}, not a scalar function; operators are tc.add, "
                          "tc.mul, tc.maximum, tc.minimum (tc.sum, tc.max, ... are whole stages)", location)
+    if isinstance(fn, type):
+        cast = {"float": "x * 1.0", "int": "a dtype= on the stage, or an integer input", "bool": "x != 0"}
+        hint = f" (for {fn.__name__}(x) write {cast[fn.__name__]})" if fn.__name__ in cast else ""
+        raise TraceError(f"{role} is the type {fn.__name__}, not a scalar function; pass a lambda over tricomb's "
+                         f"builtins{hint}", location)
     if getattr(fn, "__module__", "") in ("torch", "torch.nn.functional") or type(fn).__name__ == "builtin_function_or_method":
         name = getattr(fn, "__name__", "")
         name = {"max": "maximum", "min": "minimum", "sum": "add", "prod": "mul", "amax": "maximum",
@@ -198,6 +210,10 @@ def _positional_arity(fn, role: str, location: Location | None) -> int:
 
 
 def _function_location(fn) -> Location | None:
+    """Where ``fn`` was written: its DSL text for a lambda parsed from text, else its code's file and line."""
+    written = getattr(fn, "__tricomb_location__", None)
+    if written is not None:
+        return written
     code = getattr(fn, "__code__", None)
     return Location(code.co_filename, code.co_firstlineno) if code is not None else None
 
@@ -207,7 +223,8 @@ def _trace(fn, role: str, location: Location | None) -> Function:
     name = getattr(fn, "__name__", "<lambda>")
     where = _function_location(fn) or location
     try:
-        result = fn(*(Traced(Arg(i)) for i in range(arity)))
+        with _jit_calls_traced():
+            result = fn(*(Traced(Arg(i)) for i in range(arity)))
     except TricombError:
         raise
     except Exception as exc:
@@ -222,6 +239,40 @@ def _trace(fn, role: str, location: Location | None) -> Function:
     except TraceError as exc:
         raise TraceError(f"{role} {name!r} returned something else: {exc.message}", where) from None
     return Function(arity, outputs, name, where)
+
+
+def jit_call(fn, args: tuple) -> Traced:
+    """``fn(*args)`` inside a traced scalar function, for a ``@triton.jit`` function ``fn``: the call, copied
+    into the kernel with ``fn``. Raises :class:`ArityError` for the wrong number of arguments."""
+    name = fn.fn.__name__
+    arity = _from_jit(fn, f"@triton.jit function {name!r}", caller_location()).arity
+    if len(args) != arity:
+        raise ArityError(f"@triton.jit function {name!r} takes {arity} argument(s), got {len(args)}",
+                         caller_location())
+    return Traced(JitCall(JitRef(fn), tuple(to_expr(a) for a in args)))
+
+
+@contextlib.contextmanager
+def _jit_calls_traced():
+    """While a Python function is traced, a ``@triton.jit`` function called on traced values becomes a
+    :func:`jit_call` (outside a kernel Triton would refuse the call); any other call goes to Triton as usual."""
+    from triton.runtime.jit import JITFunction
+    from triton.runtime.interpreter import InterpretedFunction
+    real = {cls: cls.__call__ for cls in (JITFunction, InterpretedFunction)}
+
+    def patched(cls):
+        def call(self, *args, **kwargs):
+            if not kwargs and any(isinstance(a, Traced) for a in args):
+                return jit_call(self, args)
+            return real[cls](self, *args, **kwargs)
+        return call
+    for cls in real:
+        cls.__call__ = patched(cls)
+    try:
+        yield
+    finally:
+        for cls, call in real.items():
+            cls.__call__ = call
 
 
 def _from_jit(fn, role: str, location: Location | None) -> Function:
