@@ -3,7 +3,7 @@ baselines' kernels for the same case. Each implementation runs once outside the 
 for tricomb, autotuning as the suite does), then once inside an NVTX range named ``profile``:
 
     ncu --clock-control none --nvtx --nvtx-include "profile/" --section SpeedOfLight --section Occupancy \\
-        --section WarpStateStats --section LaunchStats python bench/experiments/ncu_cases.py P4
+        --section WarpStateStats --section LaunchStats [--section InstructionStats] python bench/experiments/ncu_cases.py P4
 """
 import sys
 from pathlib import Path
