@@ -76,3 +76,29 @@ def test_library_operators_are_declared_not_sampled():
     with pytest.raises(tc.LawError, match="not associative"):
         tc.check_laws(L.WELFORD, (0.0, 0.0, 0.0))
     L.var(axis=0)  # builds: its laws are declared, not sampled (sampling would raise the LawError above)
+
+
+def test_logsumexp_folds_elements_by_its_declared_step_with_the_pair_combines_results(device):
+    """softmax_denominators' reduce takes each element in by the declared step (one exp) instead of lifting it to
+    (x, 1) and applying the pair combine (two exps); the results are the pair combine's, special values included,
+    on tiny tiles, split rows and every float dtype."""
+    from tricomb.library import LOG_SUM_EXP
+    x = torch.randn(6, 37, device=device) * 30
+    x[0] = -inf
+    x[1, 5], x[1, 9] = inf, inf
+    x[2, 3] = nan
+    x[3, :] = 2.5  # equal maxima everywhere
+    x[4, 7] = -inf
+    library = L.softmax_denominators(axis=1)
+    pairs = tc.map(lambda v: (v * 1.0, tc.where(v == v, 1.0, v * 1.0 + 0.0))) >> tc.reduce(
+        LOG_SUM_EXP, axis=1, identity=(-inf, 0.0))  # the same operator, a lift with no declared step
+    assert library.explain(x).kernel_plan.step is not None and pairs.explain(x).kernel_plan.step is None
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32):
+        v = x.to(dtype) if dtype.is_floating_point else x.nan_to_num(0.0, 99.0, -99.0).to(dtype)
+        for tiles in ({}, {"BLOCK_K": 4, "SPLIT": 3}, {"BLOCK_K": 8}):
+            with schedule_overrides(**tiles):
+                (m, s), (m2, s2) = library(v), pairs(v)
+            torch.testing.assert_close(m, m2, equal_nan=True, rtol=0, atol=0)
+            torch.testing.assert_close(s, s2, equal_nan=True, rtol=1e-5, atol=0)
+    want = torch.logsumexp(x.cpu(), 1)
+    torch.testing.assert_close(L.logsumexp(axis=1)(x).cpu(), want, equal_nan=True)

@@ -14,7 +14,7 @@ import numbers
 
 from . import api
 from .errors import ArgumentError, caller_location
-from .pipeline.operators import Laws, declare_laws
+from .pipeline.operators import Laws, declare_laws, declare_step
 from .scalar.trace import BUILTINS, to_function
 
 def _arguments_named(fn):
@@ -50,6 +50,17 @@ def _log_sum_exp(m1, s1, m2, s2):
     return m, where(m1 == m, s1, s1 * exp(m1 - m)) + where(m2 == m, s2, s2 * exp(m2 - m))
 
 
+def _log_sum_exp_lift(x):
+    return x * 1.0, where(x == x, 1.0, x * 1.0)  # (x, 1), and (NaN, NaN) for NaN
+
+
+def _log_sum_exp_step(m, s, x):
+    # (m, s) combined with one lifted element (x, 1): of x and m, the smaller's scale is exp(-|x - m|) times the
+    # larger's; equal maxima (infinities included) add 1 without an exp
+    e = where(x == m, 1.0, exp(abs_(x - m) * -1.0))
+    return maximum(m, x), where(x > m, s * e + 1.0, s + e)
+
+
 def _welford(n1, mean1, m2_1, n2, mean2, m2_2):
     n = n1 + n2
     share = where(n == 0, 0.0, n2 / where(n == 0, 1.0, n))
@@ -70,6 +81,10 @@ declare_laws(LINEAR, (0.0, 1.0), Laws(True, False))
 # (max, sum of exp(x - max)): exp(a - m) * exp(m - M) = exp(a - M), so rescaling to the larger max is exact
 # algebra; associative and commutative (Milakov and Gimelshein, "Online normalizer calculation for softmax", 2018)
 declare_laws(LOG_SUM_EXP, (-_INF, 0.0), Laws(True, True))
+# step(m, s, x) = LOG_SUM_EXP(m, s, x, 1): with M = max(m, x), s * exp(m - M) + exp(x - M) is s * e + 1 when x > m
+# and s + e otherwise, e = exp(-|x - m|); the where()s for equal arguments are the combine's own
+LOG_SUM_EXP_LIFT = _operator(_log_sum_exp_lift, "the log-sum-exp lift")
+declare_step(LOG_SUM_EXP_LIFT, LOG_SUM_EXP, (-_INF, 0.0), _operator(_log_sum_exp_step, "the log-sum-exp step"))
 # Chan, Golub and LeVeque, "Algorithms for computing the sample variance", 1983: the pairwise merge of
 # (count, mean, sum of squared deviations) is associative and commutative for non-negative counts
 declare_laws(WELFORD, (0.0, 0.0, 0.0), Laws(True, True))
@@ -100,8 +115,7 @@ def softmax_denominators(axis=-1, keepdim: bool = False) -> api.Pipeline:
     """Per row along ``axis``: ``(m, s)`` with ``m`` the largest element and ``s = sum(exp(x - m))``, in one pass
     (the online normalizer: each partial sum is rescaled when a larger maximum arrives). ``softmax(x) =
     exp(x - m) / s``. Float inputs; NaN propagates."""
-    return api.map(lambda x: (x * 1.0, where(x == x, 1.0, x * 1.0))) >> api.reduce(LOG_SUM_EXP, axis=axis, keepdim=keepdim,
-                                                               identity=(-_INF, 0.0))
+    return api.map(LOG_SUM_EXP_LIFT) >> api.reduce(LOG_SUM_EXP, axis=axis, keepdim=keepdim, identity=(-_INF, 0.0))
 
 
 @_arguments_named

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import torch
 
+from ..lower.bind import input_stages
 from ..lower.fuse import KernelPlan
 from ..pipeline.printer import stage_text
 from .fold import (NO_INDEX, acc_type, emit_last_program, fold_in_order, identity_text, masked_fields, packed,
-                   reduce_tile, tile_scan)
+                   reduce_tile, tile_scan, to_accumulator)
 from .kernel import emit_loads, emit_offsets, emit_stages, fields, first_stream, program_ids, store
 from .lookback import emit_look_back
-from .scalar import ScalarContext, Value
+from .scalar import ScalarContext, Value, emit_function
 from .writer import Writer
 
 
@@ -31,10 +32,26 @@ def _tile_address(rows: dict[str, str], ks: dict[str, str], slots) -> dict[str, 
 
 def _before_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: str) -> list[Value]:
     """Inside the loop over K: load the inputs that join before the combine, apply the stages before it, and
-    return the stream's fields."""
+    return the stream's fields (with a declared element step, the stream before the lift, which the step
+    applies itself)."""
     before = [s for s in p.inputs if not s.after]
     values = emit_loads(w, p, before, _tile_address(rows, ks, before), mask)
-    return emit_stages(w, ctx, p, p.before, 0, first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
+    if p.step is None:
+        return emit_stages(w, ctx, p, p.before, 0, first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
+    lift = len(p.before) - 1
+    stream = emit_stages(w, ctx, p, p.before[:-1], 0, first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
+    return stream + [values[f"in{i}"] for i, owner in enumerate(input_stages(p.pipeline)) if owner == lift]
+
+
+def _step(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str], values: list[Value]) -> None:
+    """Fold one tile of elements into the tile-shaped accumulators by the operator's declared element step
+    (:func:`~tricomb.pipeline.operators.declare_step`); masked lanes keep their accumulators."""
+    w.comment("each element taken in by the operator's declared step (the lift and the pair combine in one)")
+    w.line(f"element = {to_accumulator(ctx, p, values[0], 0)}")
+    args = [Value(acc, dtype) for acc, dtype in zip(accs, p.acc_dtypes)] + [Value("element", p.acc_dtypes[0])]
+    stepped = emit_function(w, ctx, p.step, args, "[BLOCK_M, BLOCK_K]")
+    for j, (acc, new) in enumerate(zip(accs, stepped)):
+        w.line(f"{acc} = tl.where(mask, {new.text}, {acc}).to({acc_type(p, j)})")
 
 
 def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, names: list[str], address, mask: str,
@@ -53,6 +70,9 @@ def _accumulate(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str], v
                 combine: str) -> None:
     """Fold one tile of the stream's fields (masked lanes as the identity) into the reduce's accumulators: lane
     by lane into tile-shaped ones, or, for an operator that does not commute, in order into per-row ones."""
+    if p.step is not None:
+        _step(w, ctx, p, accs, values)
+        return
     steps = masked_fields(ctx, p, values, "mask")
     if not p.ordered:
         w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + steps)})")

@@ -20,10 +20,11 @@ from ..errors import DTypeError
 from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.fields import field_inputs
 from ..pipeline.printer import stage_text as stage_name
-from ..pipeline.ir import PipelineIR, Reduce, Scan, Stage
-from ..pipeline.operators import identities
+from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, Stage
+from ..pipeline.operators import declared_step, identities
 from ..pipeline.verify import operator_commutes, operator_identity, operator_spec
 from ..scalar.builtins import OpSpec
+from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, Group, combine_stage, input_stages
 from .expand import expand
@@ -62,6 +63,9 @@ class KernelPlan:
     then_combined_dtypes: tuple[torch.dtype, ...] | None = None
     then_acc_dtypes: tuple[torch.dtype, ...] | None = None
     ordered: bool = False  # the plan's reduce (or the one fused after its scan) does not commute: row-major order
+    # a reduce whose operator declares how it takes in one element after the last map (the lift): that step, the
+    # function of (accumulator fields..., element); the lift is then not computed
+    step: Function | None = None
 
 
     def reduce_view(self) -> "KernelPlan":
@@ -189,7 +193,15 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
                      then_acc_dtypes=then_acc)
     return KernelPlan(kind, pipeline, binding, inputs, outputs, field_inputs(pipeline), pipeline.stages[:at], stage,
                       pipeline.stages[at + 1:then_at], _compute_dtype(binding.dtypes), combined, acc, **fused,
-                      ordered=bool(ordered) and ordered[-1])
+                      ordered=bool(ordered) and ordered[-1], step=_step(pipeline, at, stage, then))
+
+
+def _step(pipeline: PipelineIR, at: int, stage, then) -> Function | None:
+    """The declared element step of a reduce right after its lift map (:func:`declare_step`), or None."""
+    if not isinstance(stage, Reduce) or stage.index or then is not None or at == 0:
+        return None
+    lift = pipeline.stages[at - 1]
+    return declared_step(lift.fn, stage.op, stage.identity) if isinstance(lift, Map) else None
 
 
 def _group_kind(p: KernelPlan, g: Group) -> str:

@@ -49,6 +49,22 @@ def declared_laws(fn: Function, identity) -> Laws | None:
     return _DECLARED.get((fn, identity))
 
 
+_STEPS: dict[tuple[Function, Function, object], Function] = {}
+
+
+def declare_step(lift: Function, op: Function, identity, step: Function) -> None:
+    """Register how one of tricomb's own reduce operators takes in one element: ``step(acc..., x)`` equals
+    ``op(acc..., lift(x)...)`` for every accumulator and element (a proof, not a sample, is the library's
+    burden). A reduce of ``op`` with ``identity`` right after a map of ``lift`` then folds each element with
+    ``step`` (one exp per element for log-sum-exp, where the pair combine needs two); the pair combine still
+    merges lanes and programs."""
+    _STEPS[lift, op, identity] = step
+
+
+def declared_step(lift: Function, op: Function, identity) -> Function | None:
+    return _STEPS.get((lift, op, identity))
+
+
 def _apply(fn: Function, a: list, b: list) -> list[torch.Tensor]:
     from .evaluate import evaluate_function
     try:
