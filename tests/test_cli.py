@@ -149,3 +149,10 @@ def test_an_env_file_that_exits_is_a_usage_error(tmp_path, capsys):
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(5)\n")
     assert main(["run", "map exp | sum", "--shape", "4", "--env", str(tmp_path / "exits.py")]) == 2
     assert "running it raised SystemExit: 5" in capsys.readouterr().err
+
+
+def test_check_of_a_pipeline_unsupported_at_the_rank_is_a_usage_error(capsys):
+    """(new-user trial, 2026-11-30) drawdown at the default rank 2 reduces more axes than it scans; this was
+    reported as a result that differs from torch, with shrinking."""
+    assert main(["check", "scan maximum | zip_with sub | max", "--examples", "3", "--device", "cpu"]) == 2
+    assert "--rank 2: a scan and a reduce after it fuse" in capsys.readouterr().err

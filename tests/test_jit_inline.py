@@ -101,10 +101,9 @@ def test_constexpr_parameters_are_rejected_with_a_fix():
         tc.map(_with_constexpr_param)
 
 
-def test_a_global_that_cannot_be_copied_is_named():
-    pipe = tc.map(_reads_a_list)
+def test_a_global_that_cannot_be_copied_is_named_when_the_stage_is_built():
     with pytest.raises(tc.InlineError, match="NOT_CONSTANT.*list") as info:
-        pipe.source(torch.randn(4))
+        tc.map(_reads_a_list)
     assert info.value.location.file.endswith("test_jit_inline.py")
 
 
@@ -157,10 +156,42 @@ def _returns_nothing(x):
     (_misspelt, r"uses tl.exq, which triton.language does not have"),
     (_returns_nothing, "returns nothing"),
 ])
-def test_what_an_element_function_cannot_do_is_refused_with_its_line(fn, message):
+def test_what_an_element_function_cannot_do_is_refused_when_the_stage_is_built(fn, message):
     with pytest.raises(tc.InlineError, match=message) as info:
-        tc.map(fn)(torch.ones(3))
-    assert info.value.location.file == __file__ and info.value.location.line == fn.fn.__code__.co_firstlineno
+        tc.map(fn)
+    first = fn.fn.__code__.co_firstlineno
+    assert info.value.location.file == __file__ and first <= info.value.location.line <= first + 3
+
+
+@triton.jit
+def _python_min(x):
+    return min(max(x, 0.0), 6.0)
+
+
+@triton.jit
+def _calls_a_branching_helper(x):
+    return _branchy(x) + 1.0
+
+
+def test_python_builtins_on_values_and_faults_in_called_functions_are_refused_at_their_lines():
+    with pytest.raises(tc.InlineError, match=r"passes its values to Python's min\(\).* write tl.minimum") as info:
+        tc.map(_python_min)
+    assert info.value.location.line == _python_min.fn.__code__.co_firstlineno + 2
+    with pytest.raises(tc.InlineError, match="'_branchy' uses if on its values") as info:
+        tc.map(_calls_a_branching_helper)
+    assert info.value.location.line == _branchy.fn.__code__.co_firstlineno + 2
+
+
+@triton.jit
+def _clip(x, lo, hi):
+    return tl.minimum(tl.maximum(x, lo), hi)
+
+
+def test_a_jit_function_of_three_arguments_in_a_stage_and_in_a_lambda():
+    x = torch.randn(50) * 4
+    lo, hi = torch.full((50,), -1.0), torch.full((1,), 2.0)
+    torch.testing.assert_close(tc.zip_with(_clip)(x, lo, hi), x.clamp(-1.0, 2.0))
+    torch.testing.assert_close(tc.map(lambda v: _clip(v, 0.0, 6.0))(x), x.clamp(0.0, 6.0))
 
 
 def test_a_python_lambda_may_call_a_jit_function():

@@ -230,6 +230,7 @@ def _check(args) -> int:
     _check_seed(args.seed)
     pipe = _pipeline(args)
     device = _device(args)
+    _runs_at_rank(pipe, args.rank)
     outcome = check(pipe, lambda shape: _input_shapes(pipe, shape), DTYPES[args.dtype], device, args.rank,
                     args.max_side, args.examples, args.seed)
     console = Console()
@@ -245,6 +246,16 @@ def _check(args) -> int:
         for i, t in enumerate(outcome.failing):
             console.print(f"  input {i}: {tuple(t.shape)} {str(t.dtype)[6:]} = {t.cpu()}", markup=False)
     return 1
+
+
+def _runs_at_rank(pipe, rank: int) -> None:
+    """A pipeline this version cannot run on inputs of ``rank`` at all is a mistake in the command, not a result
+    that differs: say so before drawing examples."""
+    from .errors import UnsupportedError
+    try:
+        pipe.explain(*[torch.ones(s) for s in _input_shapes(pipe, (2,) * rank)])
+    except UnsupportedError as exc:
+        raise UsageError(f"--rank {rank}: {exc.message} (try another --rank)") from None
 
 
 def _full_precision():

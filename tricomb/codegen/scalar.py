@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import DTypeError
-from ..pipeline.evaluate import constant_dtype
+from ..pipeline.evaluate import constant_dtype, promoted_dtype
 from ..scalar.builtins import OPS
 from ..scalar.dtypes import NARROW_INTEGERS, compute_dtype, held_dtype
 from ..scalar.ir import Call, Function, JitCall, fold
@@ -82,8 +82,7 @@ class ScalarContext:
 def _torch_dtype(expr: Call | JitCall, operands: list) -> torch.dtype:
     metas = [o.meta() if isinstance(o, Value) else o for o in operands]
     if isinstance(expr, JitCall):
-        tensors = [m if isinstance(m, torch.Tensor) else torch.tensor(m) for m in metas]
-        return torch.result_type(*tensors) if len(tensors) > 1 else tensors[0].dtype
+        return promoted_dtype([m if isinstance(m, torch.Tensor) else torch.tensor(m) for m in metas])
     exact = any(isinstance(o, Value) and not o.dtype.is_floating_point for o in operands)
     samples = [(o.sample() if exact else o.meta()) if isinstance(o, Value) else o for o in operands]
     if not any(isinstance(m, torch.Tensor) for m in samples):

@@ -46,10 +46,21 @@ def _as_tensor(value, like: list) -> torch.Tensor:
     return torch.full(shape, value, dtype=dtype, device=tensors[0].device)
 
 
+def promoted_dtype(tensors: list[torch.Tensor]) -> torch.dtype:
+    """torch's result dtype of an elementwise op on ``tensors``, any number of them (a 0-d tensor promotes as
+    torch's scalars do): a ``@triton.jit`` function's result dtype. torch.result_type takes two."""
+    result = torch.empty(tensors[0].shape, dtype=tensors[0].dtype, device="meta")
+    for t in tensors[1:]:
+        other = torch.empty(t.shape, dtype=t.dtype, device="meta")
+        result = torch.empty(torch.broadcast_shapes(result.shape, other.shape), dtype=torch.result_type(result, other),
+                             device="meta")
+    return result.dtype
+
+
 def _jit_call(expr: JitCall, operands: list) -> torch.Tensor:
     tensors = [t if isinstance(t, torch.Tensor) else torch.tensor(t) for t in operands]
     shape = torch.broadcast_shapes(*(t.shape for t in tensors))
-    dtype = torch.result_type(*tensors) if len(tensors) > 1 else tensors[0].dtype
+    dtype = promoted_dtype(tensors)
     if tensors[0].device.type == "meta":
         return torch.empty(shape, dtype=dtype, device="meta")
     # The meaning of a user @triton.jit function is the function itself: run it alone, elementwise.

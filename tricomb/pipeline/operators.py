@@ -190,8 +190,8 @@ def _check_identity(fn: Function, identity: tuple, a: list, name, location) -> N
     shown = identity[0] if len(identity) == 1 else identity
     e = [torch.full_like(t, typed_identity(v, t.dtype)) for v, t in zip(identity, a)]
     if _first_difference(_apply(fn, e, e), e) is not None:
-        raise LawError(f"identity={shown!r} op identity is {_text(_apply(fn, e, e), 0)}, not the identity, for "
-                       f"operator {name or fn.name!r}; masked lanes combine the identity with itself, so the "
+        raise LawError(f"identity={shown!r} is not an identity of operator {name or fn.name!r}: {shown!r} op "
+                       f"{shown!r} = {_text(_apply(fn, e, e), 0)}, not {shown!r}; masked lanes combine the identity with itself, so the "
                        "operator must give it back (guard the formula with tc.where), or leave identity= out: "
                        "tricomb then pads with a validity flag", location)
     for left, right in ((e, a), (a, e)):

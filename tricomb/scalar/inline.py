@@ -233,15 +233,21 @@ _BLOCK_FUNCTIONS = {"sum", "max", "min", "reduce", "associative_scan", "cumsum",
                     "atomic_xchg", "atomic_cas", "make_block_ptr", "advance", "make_tensor_descriptor"}
 
 
+_PYTHON_ON_VALUES = {"min": "tl.minimum", "max": "tl.maximum", "sum": "+", "any": "|", "all": "&",
+                     "round": "tl.math.rint (libdevice) or tl.floor(x + 0.5)", "bool": "x != 0",
+                     "int": "x.to(tl.int64)", "float": "x.to(tl.float32)", "len": "nothing: a value has no length"}
+
+
 def check_elementwise(node: ast.FunctionDef, py_fn) -> None:
     """Refuse what a ``@triton.jit`` element function cannot do: branch on its values (``if``, ``while``,
     ``and``/``or``/``not``, ``a if c else b``: the values are a block, and Triton's interpreter would take one
-    branch for all of it), call Triton's block functions (``tl.sum`` would fold the block, not the element), or
-    return nothing."""
+    branch for all of it), pass them to Python's ``min``, ``max``, ``bool``, ... (which see the block, not an
+    element), call Triton's block functions (``tl.sum`` would fold the block, not the element), or return
+    nothing. Raises :class:`InlineError` at the offending line."""
     params = {a.arg for a in node.args.args}
     values = params | _local_names(node)
-    where = _location(py_fn)
     for sub in ast.walk(node):
+        where = _line(py_fn, sub)
         test = sub.test if isinstance(sub, (ast.If, ast.While, ast.IfExp)) else \
             sub if isinstance(sub, ast.BoolOp) or (isinstance(sub, ast.UnaryOp) and isinstance(sub.op, ast.Not)) \
             else None
@@ -251,6 +257,12 @@ def check_elementwise(node: ast.FunctionDef, py_fn) -> None:
             raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {kind} on its values; it runs on a "
                               "block of elements at once, so a branch cannot depend on one. Use tl.where(cond, a, "
                               "b) (and &, |, ~ for and/or/not)", where)
+        python = isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in _PYTHON_ON_VALUES \
+            and sub.func.id not in values and _free_value(py_fn, sub.func.id)[0] is False
+        if python and any(isinstance(n, ast.Name) and n.id in values for a in sub.args for n in ast.walk(a)):
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} passes its values to Python's "
+                              f"{sub.func.id}(), which sees the whole block, not one element; write "
+                              f"{_PYTHON_ON_VALUES[sub.func.id]}", where)
         chain = _dotted(sub.func) if isinstance(sub, ast.Call) else None
         if chain and len(chain) >= 2 and chain[-1] in _BLOCK_FUNCTIONS and chain[0] not in values and \
                 _is_triton_module(_free_value(py_fn, chain[0])[1]):
@@ -258,7 +270,14 @@ def check_elementwise(node: ast.FunctionDef, py_fn) -> None:
                               "whole block; a scalar function maps one element to one result. Reduce with a "
                               "pipeline stage instead (tc.sum, tc.reduce)", where)
     if not any(isinstance(r, ast.Return) and r.value is not None for r in ast.walk(node)):
-        raise InlineError(f"@triton.jit function {py_fn.__name__!r} returns nothing; return its result", where)
+        raise InlineError(f"@triton.jit function {py_fn.__name__!r} returns nothing; return its result",
+                          _location(py_fn))
+
+
+def _line(py_fn, node: ast.AST) -> Location:
+    """Where ``node`` of ``py_fn``'s parsed source (which starts at its first decorator) is in its file."""
+    start = _location(py_fn)
+    return Location(start.file, start.line + getattr(node, "lineno", 1) - 1)
 
 
 def _resolve_chain(value, parts: list[str]):

@@ -285,5 +285,7 @@ def _from_jit(fn, role: str, location: Location | None) -> Function:
                          _function_location(fn.fn) or location)
     arity = _positional_arity(fn.fn, role, location)
     ref = JitRef(fn)
+    from .inline import inline_jit_functions
+    inline_jit_functions([ref], set())  # copied once now, so what it cannot do is refused when the stage is built
     return Function(arity, (JitCall(ref, tuple(Arg(i) for i in range(arity))),), ref.name,
                     _function_location(fn.fn) or location)
