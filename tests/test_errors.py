@@ -256,3 +256,16 @@ def test_inputs_and_out_errors_name_the_call_line():
     with pytest.raises(tc.DTypeError) as info:
         tc.sum()(torch.ones(2, dtype=torch.complex64))  # complex-call
     assert info.value.location.line == _line_of("# complex-call")
+
+
+def test_device_error_names_the_device_and_the_call_line():
+    with pytest.raises(tc.DeviceError, match="inputs are on meta; tricomb runs on CUDA devices") as info:
+        tc.sum()(torch.ones(3, device="meta"))  # meta-call
+    assert info.value.location.line == _line_of("# meta-call")
+
+
+def test_stage_error_is_located_where_the_stage_was_built():
+    pipe = tc.map(tc.exp) >> tc.max()  # max-of-nothing
+    with pytest.raises(tc.StageError, match="max") as info:
+        pipe(torch.ones(0))
+    assert info.value.location.line == _line_of("# max-of-nothing")
