@@ -269,3 +269,25 @@ def test_stage_error_is_located_where_the_stage_was_built():
     with pytest.raises(tc.StageError, match="max") as info:
         pipe(torch.ones(0))
     assert info.value.location.line == _line_of("# max-of-nothing")
+
+
+def test_text_errors_found_at_call_time_and_inside_lambdas_point_at_the_text():
+    """(second hostile review) these pointed at lark's visitors.py"""
+    with pytest.raises(tc.AxisError) as info:
+        tc.parse("map exp | var(axis=3)")(torch.ones(2, 3))
+    assert info.value.location.file == "<pipeline>" and info.value.location.column == 11
+    with pytest.raises(tc.TraceError) as info:
+        tc.parse("map x -> exp((x, x))")
+    assert info.value.location.file == "<pipeline>" and info.value.location.column == 5
+    with pytest.raises(tc.ParseError, match="a lambda needs a parameter") as info:
+        tc.parse("map () -> 1.0")
+    assert info.value.location.column == 5
+    with pytest.raises(tc.ParseError, match="the text form has no `not`: write x == 0"):
+        tc.parse("map x -> not x")
+
+
+def test_library_functions_given_the_wrong_arguments_raise_argument_error():
+    with pytest.raises(tc.ArgumentError, match="tc.library.ema takes alpha, axis: missing a required argument"):
+        tc.library.ema()
+    with pytest.raises(tc.ArgumentError, match="too many positional arguments"):
+        tc.library.var(0, False, 1, 5)

@@ -7,6 +7,8 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from triton.language import sigmoid as _tl_sigmoid
+from triton.language import sum as _tl_sum
 
 import tricomb as tc
 
@@ -201,13 +203,110 @@ def test_a_python_lambda_may_call_a_jit_function():
 
 
 def test_a_jit_function_called_with_the_wrong_number_of_arguments_says_so_where_it_is_called():
-    with pytest.raises(tc.ArityError, match=r"'_two' takes 2 argument\(s\), got 1") as info:
+    with pytest.raises(tc.ArityError, match=r"'_two' takes \(a, b\): missing a required argument: 'b'") as info:
         tc.map(lambda v: _two(v))  # one-argument
     assert info.value.location.line == _line_of("# one-argument")
-    with pytest.raises(tc.ArityError, match=r"'_two' takes 2 argument\(s\), got 3") as info:
+    with pytest.raises(tc.ArityError, match=r"'_two' takes \(a, b\): too many positional arguments") as info:
         tc.parse("map x -> _two(x, x, x)", env={"_two": _two})
     assert info.value.location.column == 10
 
 
 def _line_of(marker: str) -> int:
     return next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1) if line.rstrip().endswith(marker))
+
+
+# Found by the second hostile review of 2026-11-30.
+
+@triton.jit
+def _chained(x):
+    return tl.where(0.0 < x < 1.0, x, 0.0)
+
+
+@triton.jit
+def _loops_by_value(x):
+    r = x
+    for _ in range(x):
+        r = r + 1.0
+    return r
+
+
+@triton.jit
+def _method_sum(x):
+    return x.sum(0)
+
+
+@triton.jit
+def _raises(x):
+    raise ValueError("no")
+
+
+@triton.jit
+def _aliased_sum(x):
+    return _tl_sum(x, 0)
+
+
+@pytest.mark.parametrize("fn,message", [
+    (_chained, r"chains comparisons on its values.*\(a < x\) & \(x < b\)"),
+    (_loops_by_value, "loops a number of times that depends on its values"),
+    (_method_sum, r"calls .sum\(\) on a value"),
+    (_raises, "raises; a kernel cannot"),
+    (_aliased_sum, r"calls _tl_sum \(Triton's sum\), which works on a whole block"),
+])
+def test_more_that_an_element_function_cannot_do_is_refused(fn, message):
+    with pytest.raises(tc.InlineError, match=message):
+        tc.map(fn)
+
+
+@triton.jit
+def _aliased_sigmoid(x):
+    return _tl_sigmoid(x) * 2.0
+
+
+USER_K = tl.constexpr(2.0)
+
+
+@triton.jit
+def _local_named_like_a_copied_global(x):
+    user_USER_K = x * 3.0
+    return user_USER_K + USER_K
+
+
+@triton.jit
+def _parameter_named_like_a_copied_helper(tl_sigmoid):
+    return tl.sigmoid(tl_sigmoid)
+
+
+@triton.jit
+def _with_default(x, y=3.0):
+    return x + y
+
+
+@triton.jit
+def _half(x):
+    return x * 0.5
+
+
+def test_copied_names_never_clash_with_a_functions_own_locals():
+    """A local named user_USER_K next to the global USER_K (copied as user_USER_K) read the local twice."""
+    x = torch.tensor([1.0, 2.0])
+    torch.testing.assert_close(tc.map(_local_named_like_a_copied_global)(x), x * 3.0 + 2.0)
+    torch.testing.assert_close(tc.map(_parameter_named_like_a_copied_helper)(x), torch.sigmoid(x))
+    torch.testing.assert_close(tc.map(_aliased_sigmoid)(x), torch.sigmoid(x) * 2.0)
+
+
+def test_a_lambda_calls_jit_functions_on_constants_with_keywords_and_defaults():
+    x = torch.tensor([1.0, 2.0])
+    torch.testing.assert_close(tc.map(lambda v: _outer(2.0) + v)(x), x + 7.0)
+    torch.testing.assert_close(tc.map(lambda v: _with_default(v, y=10.0))(x), x + 10.0)
+    torch.testing.assert_close(tc.map(lambda v: _with_default(v))(x), x + 3.0)
+    torch.testing.assert_close(tc.parse("map v -> f(v, 0.5)", env={"f": _with_default})(x), x + 0.5)
+    with pytest.raises(tc.ArityError, match="too many positional arguments"):
+        tc.map(lambda v: _with_default(v, 1.0, 2.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.float16])
+def test_a_jit_result_is_taken_in_the_arguments_dtype(dtype):
+    """x * 0.5 on integers computes a float inside the function; the result is converted to the arguments'
+    dtype, as the guide says (it crashed for int8 to int32, where the wrap met a float)."""
+    x = torch.arange(0, 8).to(dtype)
+    assert torch.equal(tc.map(_half)(x), (x * 0.5).to(dtype))

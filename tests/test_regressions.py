@@ -6,7 +6,7 @@ import torch
 import triton
 
 import tricomb as tc
-from tricomb.testing import assert_matches_torch
+from tricomb.testing import assert_matches_torch, schedule_overrides
 
 
 def test_constants_differ_by_type_and_sign(device):
@@ -470,3 +470,31 @@ def test_a_function_of_constants_alone_fills_the_inputs_shape(device):
                                torch.full((2, 3), math.e, device=device))
     got = tc.map(lambda v: (v, tc.where(True, 1, 2)))(x)
     assert torch.equal(got[1], torch.ones(2, 3, dtype=torch.int64, device=device))
+
+
+def test_pow_by_builtin_text_and_numpy_exponent_is_torch_pow_and_prints_back(device):
+    """(second hostile review) tc.pow(v, 0.5), the text pow(x, 0.5) and x ** np.float32(0.5) took C's pow on
+    -inf and -0.0, and str() printed x ** 0.5, which parses as sqrt."""
+    import numpy as np
+    x = torch.tensor([-math.inf, -0.0, 4.0], device=device)
+    for pipe in (tc.map(lambda v: tc.pow(v, 0.5)), tc.parse("map x -> pow(x, 0.5)"),
+                 tc.map(lambda v: v ** np.float32(0.5)), tc.map(lambda v: tc.pow(v, -0.5))):
+        want = torch.pow(x, -0.5 if "rsqrt" in str(pipe) else 0.5)
+        torch.testing.assert_close(pipe(x), want, equal_nan=True)
+        assert torch.equal(pipe(x)[1].signbit(), want[1].signbit())
+        assert tc.parse(str(pipe)) == pipe
+
+
+@pytest.mark.parametrize("tiles", [{"BLOCK_K": 2}, {"BLOCK_K": 2, "LOOKBACK": True, "WINDOW": 2}])
+def test_a_negative_zero_crosses_tile_boundaries(tiles, device):
+    """(second hostile review) a tile's last column was read with a float sum, which turns -0.0 into 0.0: cummin
+    of [-0.0, 5, ...] gave 0.0 after the first tile while its indices pointed at the -0.0."""
+    x = torch.tensor([-0.0, 5.0, 3.0, 4.0, 7.0], device=device)
+    with schedule_overrides(**tiles):
+        got = tc.cummin()(x)
+        prod = tc.cumprod()(torch.tensor([-0.0, 2.0, 3.0, 4.0], device=device))
+        first = tc.scan(lambda a, b: a)(x)
+    assert torch.equal(got.values.signbit(), torch.ones(5, dtype=torch.bool, device=device))
+    assert torch.equal(got.values, x[got.indices]) and torch.equal(got.values.signbit(), x[got.indices].signbit())
+    assert prod.signbit().all() and first.signbit().all()
+    assert tc.reduce(lambda a, b: a)(torch.tensor([-0.0, 2.0], device=device)).signbit()

@@ -108,7 +108,8 @@ def caller_location() -> Location | None:
     frame = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_PACKAGE_DIR + os.sep):
+        module = frame.f_globals.get("__name__", "")
+        if not path.startswith(_PACKAGE_DIR + os.sep) and module.split(".")[0] != "lark":  # (text builds through lark)
             return Location(frame.f_code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return None

@@ -18,17 +18,22 @@ from .pipeline.operators import Laws, declare_laws, declare_step
 from .scalar.trace import BUILTINS, to_function
 
 def _arguments_named(fn):
-    """A library function that names a keyword it does not take (torch's ``dim``, say) in a TricombError at the
-    caller's line, rather than Python's bare TypeError."""
-    params = list(inspect.signature(fn).parameters)
+    """A library function whose wrong arguments (torch's ``dim``, a missing or extra one) raise ArgumentError at
+    the caller's line, rather than Python's bare TypeError."""
+    signature = inspect.signature(fn)
+    params = list(signature.parameters)
 
     @functools.wraps(fn)
     def pipeline(*args, **kwargs):
         extra = [k for k in kwargs if k not in params]
         if extra:
             raise ArgumentError(f"tc.library.{fn.__name__} takes {', '.join(params)}, not "
-                               f"{', '.join(k + '=' for k in extra)}" +
-                               (" (torch's dim is axis here)" if "dim" in extra else ""), caller_location())
+                                f"{', '.join(k + '=' for k in extra)}" +
+                                (" (torch's dim is axis here)" if "dim" in extra else ""), caller_location())
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise ArgumentError(f"tc.library.{fn.__name__} takes {', '.join(params)}: {exc}", caller_location()) from None
         return fn(*args, **kwargs)
     return pipeline
 

@@ -240,8 +240,9 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
 
 
 def _render(ctx: ScalarContext, expr: Call | JitCall, operands: list[str], dtype: torch.dtype) -> str:
-    if isinstance(expr, JitCall):
-        return f"{ctx.jit_names[id(expr.fn.fn.fn)]}({', '.join(operands)})"
+    if isinstance(expr, JitCall):  # its result is taken in its arguments' promoted dtype (the guide says so)
+        taken = arith_dtype(dtype) if dtype in _WIDER else held_dtype(dtype)  # (wrapped to dtype after)
+        return f"{ctx.jit_names[id(expr.fn.fn.fn)]}({', '.join(operands)}).to({tl_dtype(taken)})"
     spec = OPS[expr.op]
     if spec.integer is not None and not dtype.is_floating_point:
         return spec.integer.format(*operands)

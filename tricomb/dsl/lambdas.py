@@ -83,9 +83,13 @@ class Expressions(lark.Transformer):
     def param_list(self, items):
         return [t for t in items if t is not None]
 
-    def lambda_(self, items):
+    @lark.v_args(meta=True)
+    def lambda_(self, meta, items):
         """A Python function of the parameters (tokens) evaluating the body, for the tracer."""
         params, body = items
+        if not params:
+            raise ParseError("a lambda needs a parameter: the stream's element (a constant is `x -> 1.0`)",
+                             self._where(meta))
         names = [str(t) for t in params]
         for t in params:
             if keyword.iskeyword(str(t)) or str(t) in _CONSTANTS:

@@ -74,14 +74,16 @@ def _after_comparison(text: str, exc: lark.exceptions.UnexpectedInput) -> bool:
 
 
 _PYTHON_WORDS = {"if": "where(cond, a, b)", "else": "where(cond, a, b)", "and": "logical_and(a, b) or (a) & (b)",
-                 "or": "logical_or(a, b) or (a) | (b)", "not": "logical_not(a)"}
+                 "or": "logical_or(a, b) or (a) | (b)", "not": "x == 0 (or where(x, False, True))"}
 
 
 def _word_hint(found: str, exc: lark.exceptions.UnexpectedInput, text: str) -> str:
     """A hint for a Python word in a lambda, ``>>`` between stages, or a misspelt stage word."""
-    if found in _PYTHON_WORDS:
-        return f"; the text form has no `{found}`: write {_PYTHON_WORDS[found]}"
     position = getattr(exc, "pos_in_stream", None) or 0
+    before = re.search(r"\b(if|else|and|or|not)\s*$", text[:position])
+    word = found if found in _PYTHON_WORDS else before.group(1) if before else None
+    if word is not None:
+        return f"; the text form has no `{word}`: write {_PYTHON_WORDS[word]}"
     if found == ">" and text[position:position + 2] == ">>":
         return "; stages are separated by `|` in the text form (`>>` joins pipelines in Python)"
     expected = set(getattr(exc, "expected", None) or getattr(exc, "allowed", None) or ())
@@ -263,7 +265,10 @@ class _Build(Expressions):
                 raise ParseError(f"{key!r} {problem}; {name} takes {', '.join(allowed)}", self._where(name_token))
             kwargs[key] = value
         try:
-            return fn(**kwargs)
+            built = fn(**kwargs)
+            where = self._where(meta)  # its stages' errors at call time point at the text, not at library.py
+            return type(built)(dataclasses.replace(built.ir, stages=tuple(
+                dataclasses.replace(stage, location=where) for stage in built.ir.stages)))
         except TricombError as exc:  # located at the call inside this parser: point at the text instead
             raise self._at_argument(type(exc)(exc.message, self._where(meta)), self._where(meta), arguments) \
                 from None

@@ -255,9 +255,22 @@ def tc_to_bf16(x):
     "tc_last": ('''
 @triton.jit
 def tc_last(x, N: tl.constexpr):
-    # the last column of a 2-D tile, read with a sum (which Triton's interpreter runs as one numpy call)
-    cols = tl.arange(0, N)
-    return tl.reduce(tl.where((cols == N - 1)[None, :], x, 0), 1, tl.standard._sum_combine)
+    # the last column of a 2-D tile, read with a sum (which Triton's interpreter runs as one numpy call); a float
+    # column is summed as its bits, since a float sum of -0.0 and zeros gives +0.0 (numpy's does)
+    last = (tl.arange(0, N) == N - 1)[None, :]
+    if x.dtype.is_floating():
+        if x.dtype.primitive_bitwidth == 64:
+            bits = tl.reduce(tl.where(last, x.to(tl.int64, bitcast=True), 0), 1, tl.standard._sum_combine)
+            r = bits.to(tl.int64).to(x.dtype, bitcast=True)
+        elif x.dtype.primitive_bitwidth == 32:
+            bits = tl.reduce(tl.where(last, x.to(tl.int32, bitcast=True), 0), 1, tl.standard._sum_combine)
+            r = bits.to(tl.int32).to(x.dtype, bitcast=True)
+        else:
+            bits = tl.reduce(tl.where(last, x.to(tl.int16, bitcast=True), 0), 1, tl.standard._sum_combine)
+            r = bits.to(tl.int16).to(x.dtype, bitcast=True)
+    else:
+        r = tl.reduce(tl.where(last, x, 0), 1, tl.standard._sum_combine)
+    return r
 ''', ()),
     "tc_max_over": ('''
 @triton.jit

@@ -84,12 +84,15 @@ class _Copier:
         self.taken = taken
         self.code = InlinedCode()
         self._constants: dict[tuple[str, object], str] = {}
+        self._locals: set[str] = set()  # the locals of the function being rewritten
         self._copying: list[int] = []  # the functions being copied, each called by the one before it
         self._path: list[str] = []  # their names
 
     def fresh(self, base: str) -> str:
+        """A module-level name for ``base``, used by nothing in the module nor as a local of the function being
+        copied."""
         name, i = base, 1
-        while name in self.taken:
+        while name in self.taken or name in self._locals:
             name, i = f"{base}_{i}", i + 1
         self.taken.add(name)
         return name
@@ -116,6 +119,24 @@ class _Copier:
             self._copying.pop()
         return name
 
+    def _own_locals(self, node: ast.FunctionDef, py_fn) -> set[str]:
+        """Rename the locals and parameters of ``node`` that a name of the module already took (user_K for the
+        global K, say), and return its locals: the module names generated while it is rewritten avoid them."""
+        local = _local_names(node)
+        clashes = {n: n for n in local if n in self.taken}
+        for old in clashes:
+            new, i = f"{old}_local", 1
+            while new in self.taken or new in local:
+                new, i = f"{old}_local{i}", i + 1
+            clashes[old] = new
+        if clashes:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and sub.id in clashes:
+                    sub.id = clashes[sub.id]
+                elif isinstance(sub, ast.arg) and sub.arg in clashes:
+                    sub.arg = clashes[sub.arg]
+        return _local_names(node)
+
     def _rewrite(self, node: ast.FunctionDef, name: str, py_fn, top_level: bool) -> None:
         if top_level and any(isinstance(r.value, ast.Tuple) for r in ast.walk(node) if isinstance(r, ast.Return)):
             raise UnsupportedError(f"@triton.jit function {py_fn.__name__!r} returns a tuple, which tricomb cannot "
@@ -123,7 +144,11 @@ class _Copier:
                                    "from a Python def or lambda instead (it may call @triton.jit functions for "
                                    "each)", _location(py_fn))
         node.name = name
-        _Rewriter(self, py_fn, _local_names(node)).visit(node)
+        outer, self._locals = self._locals, self._own_locals(node, py_fn)
+        try:
+            _Rewriter(self, py_fn, self._locals).visit(node)
+        finally:
+            self._locals = outer
         ast.fix_missing_locations(node)
         self.code.definitions.append("@triton.jit\n" + ast.unparse(node) + "\n")
 
@@ -161,6 +186,9 @@ class _Copier:
             alias = self.fresh(value.__name__.split(".")[-1])
             self.code.imports.append(f"import {value.__name__} as {alias}")
             return ast.Name(alias, ast.Load())
+        if _is_library_jit(value):  # Triton's own, imported by name (from triton.language import sigmoid as sg)
+            path = f"{value.fn.__module__}.{value.fn.__name__}"
+            return ast.Name(self.library(path, value), ast.Load())
         if is_jit_function(value):
             return ast.Name(self.copy(value), ast.Load())
         if isinstance(value, constexpr):
@@ -257,6 +285,29 @@ def check_elementwise(node: ast.FunctionDef, py_fn) -> None:
             raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {kind} on its values; it runs on a "
                               "block of elements at once, so a branch cannot depend on one. Use tl.where(cond, a, "
                               "b) (and &, |, ~ for and/or/not)", where)
+        uses_values = any(isinstance(n, ast.Name) and n.id in values for n in ast.walk(sub))
+        if isinstance(sub, ast.Compare) and len(sub.ops) > 1 and uses_values:
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} chains comparisons on its values; Python "
+                              "makes a < x < b an `and`, which a block of elements cannot take. Write "
+                              "(a < x) & (x < b)", where)
+        if isinstance(sub, ast.For) and any(isinstance(n, ast.Name) and n.id in values for n in ast.walk(sub.iter)):
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} loops a number of times that depends on its "
+                              "values; each element of the block would need its own count. Loop a fixed number "
+                              "of times and select with tl.where", where)
+        if isinstance(sub, ast.Raise):
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} raises; a kernel cannot. Return NaN (or a "
+                              "flag value) with tl.where instead", where)
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _BLOCK_FUNCTIONS \
+                and isinstance(sub.func.value, ast.Name) and sub.func.value.id in values:
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} calls .{sub.func.attr}() on a value, which "
+                              "works on the whole block; a scalar function maps one element to one result. Reduce "
+                              "or scan with a pipeline stage instead", where)
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id not in values:
+            found, callee = _free_value(py_fn, sub.func.id)
+            if found and _is_library_jit(callee) and callee.fn.__name__ in _BLOCK_FUNCTIONS:
+                raise InlineError(f"@triton.jit function {py_fn.__name__!r} calls {sub.func.id} (Triton's "
+                                  f"{callee.fn.__name__}), which works on a whole block; a scalar function maps one "
+                                  "element to one result. Reduce with a pipeline stage instead", where)
         python = isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in _PYTHON_ON_VALUES \
             and sub.func.id not in values and _free_value(py_fn, sub.func.id)[0] is False
         if python and any(isinstance(n, ast.Name) and n.id in values for a in sub.args for n in ast.walk(a)):

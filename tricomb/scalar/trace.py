@@ -60,16 +60,7 @@ class Traced:
     def __rmul__(self, o): return _apply("mul", o, self)
     def __truediv__(self, o): return _apply("div", self, o)
     def __rtruediv__(self, o): return _apply("div", o, self)
-    def __pow__(self, o):
-        # torch.pow computes a Python number exponent of 2 or 3 by multiplying and one of 0.5 or -0.5 by sqrt or
-        # rsqrt, which differ from the general pow on -0.0 and -inf (sqrt(-inf) is NaN, pow(-inf, 0.5) inf); a
-        # float exponent makes an integer base a float first, as torch does
-        if isinstance(o, (int, float)) and not isinstance(o, bool) and o in (2, 3, 0.5, -0.5):
-            base = self * 1.0 if isinstance(o, float) and o in (2, 3) else self
-            if o in (2, 3):
-                return _apply("square", base) if o == 2 else _apply("mul", _apply("square", base), base)
-            return _apply("sqrt" if o == 0.5 else "rsqrt", base)
-        return _apply("pow", self, o)
+    def __pow__(self, o): return power(self, o)
     def __rpow__(self, o): return _apply("pow", o, self)
     def __neg__(self): return _apply("neg", self)
     def __pos__(self): return self
@@ -108,6 +99,21 @@ def to_expr(value) -> Expr:
                      caller_location())
 
 
+def power(base, exponent) -> "Traced":
+    """``base ** exponent`` as torch.pow: a number exponent of 2 or 3 is computed by multiplying and one of 0.5 or
+    -0.5 by sqrt or rsqrt, which differ from the general pow on -0.0 and -inf (sqrt(-inf) is NaN, C's
+    pow(-inf, 0.5) inf); a float exponent makes an integer base a float first, as torch's does."""
+    special = isinstance(exponent, numbers.Real) and not isinstance(exponent, bool) and \
+        float(exponent) in (2.0, 3.0, 0.5, -0.5) and isinstance(base, Traced)
+    if not special:
+        return _apply("pow", base, exponent)
+    value = float(exponent)
+    if value in (0.5, -0.5):
+        return _apply("sqrt" if value == 0.5 else "rsqrt", base)
+    base = base * 1.0 if not isinstance(exponent, numbers.Integral) else base
+    return _apply("square", base) if value == 2.0 else _apply("mul", _apply("square", base), base)
+
+
 def _apply(op: str, *args) -> Traced:
     return Traced(Call(op, tuple(to_expr(a) for a in args)))
 
@@ -129,7 +135,7 @@ class Builtin:
         if len(args) != self.spec.arity:
             raise ArityError(f"tc.{self.name} takes {self.spec.arity} argument(s), got {len(args)}",
                              caller_location())
-        return _apply(self.name, *args)
+        return power(*args) if self.name == "pow" else _apply(self.name, *args)
 
     def __repr__(self) -> str:
         return f"tc.{self.name}"
@@ -222,10 +228,13 @@ def _trace(fn, role: str, location: Location | None) -> Function:
     arity = _positional_arity(fn, role, location)
     name = getattr(fn, "__name__", "<lambda>")
     where = _function_location(fn) or location
+    written = getattr(fn, "__tricomb_location__", None)
     try:
         with _jit_calls_traced():
             result = fn(*(Traced(Arg(i)) for i in range(arity)))
-    except TricombError:
+    except TricombError as exc:
+        if written is not None and (exc.location is None or exc.location.file != written.file):
+            raise type(exc)(exc.message, written) from None  # a lambda of DSL text: point at the text
         raise
     except Exception as exc:
         raise TraceError(f"tracing {role} {name!r} failed with {type(exc).__name__}: {exc}. Inside a scalar "
@@ -241,33 +250,35 @@ def _trace(fn, role: str, location: Location | None) -> Function:
     return Function(arity, outputs, name, where)
 
 
-def jit_call(fn, args: tuple) -> Traced:
-    """``fn(*args)`` inside a traced scalar function, for a ``@triton.jit`` function ``fn``: the call, copied
-    into the kernel with ``fn``. Raises :class:`ArityError` for the wrong number of arguments."""
+def jit_call(fn, args: tuple, kwargs: dict | None = None) -> Traced:
+    """``fn(*args, **kwargs)`` inside a traced scalar function, for a ``@triton.jit`` function ``fn``: the call,
+    copied into the kernel with ``fn``; parameters left out take their defaults (numbers). Raises
+    :class:`ArityError` for arguments that do not fit its parameters."""
     name = fn.fn.__name__
-    arity = _from_jit(fn, f"@triton.jit function {name!r}", caller_location()).arity
-    if len(args) != arity:
-        raise ArityError(f"@triton.jit function {name!r} takes {arity} argument(s), got {len(args)}",
-                         caller_location())
-    return Traced(JitCall(JitRef(fn), tuple(to_expr(a) for a in args)))
+    _from_jit(fn, f"@triton.jit function {name!r}", caller_location())
+    signature = inspect.signature(fn.fn)
+    try:
+        bound = signature.bind(*args, **(kwargs or {}))
+    except TypeError as exc:
+        raise ArityError(f"@triton.jit function {name!r} takes ({', '.join(signature.parameters)}): {exc}",
+                         caller_location()) from None
+    bound.apply_defaults()
+    return Traced(JitCall(JitRef(fn), tuple(to_expr(a) for a in bound.args)))
+
+
+def jit_call_method(self, *args, **kwargs) -> Traced:
+    return jit_call(self, args, kwargs)
 
 
 @contextlib.contextmanager
 def _jit_calls_traced():
-    """While a Python function is traced, a ``@triton.jit`` function called on traced values becomes a
-    :func:`jit_call` (outside a kernel Triton would refuse the call); any other call goes to Triton as usual."""
+    """While a Python function is traced, a call of a ``@triton.jit`` function becomes a :func:`jit_call`
+    (outside a kernel, Triton would refuse it)."""
     from triton.runtime.jit import JITFunction
     from triton.runtime.interpreter import InterpretedFunction
     real = {cls: cls.__call__ for cls in (JITFunction, InterpretedFunction)}
-
-    def patched(cls):
-        def call(self, *args, **kwargs):
-            if not kwargs and any(isinstance(a, Traced) for a in args):
-                return jit_call(self, args)
-            return real[cls](self, *args, **kwargs)
-        return call
     for cls in real:
-        cls.__call__ = patched(cls)
+        cls.__call__ = jit_call_method
     try:
         yield
     finally:
