@@ -310,3 +310,16 @@ def test_a_jit_result_is_taken_in_the_arguments_dtype(dtype):
     dtype, as the guide says (it crashed for int8 to int32, where the wrap met a float)."""
     x = torch.arange(0, 8).to(dtype)
     assert torch.equal(tc.map(_half)(x), (x * 0.5).to(dtype))
+
+
+@triton.jit
+def _random_noise(x):
+    return x + tl.rand(0, x.to(tl.int32))
+
+
+def test_what_triton_cannot_run_is_an_unsupported_error_at_the_stage():
+    """tl.rand does not run in Triton's interpreter (CPU tensors): the failure is wrapped once, at the stage."""
+    pipe = tc.map(_random_noise)  # noise-stage
+    with pytest.raises(tc.UnsupportedError, match="Triton could not run this pipeline's kernel") as info:
+        pipe(torch.ones(4))
+    assert info.value.location.line == _line_of("# noise-stage")

@@ -299,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         return {"run": _run, "emit": _emit, "explain": _explain, "check": _check,
                 "bench": _bench}[args.command](args)
     except (TricombError, UsageError) as exc:
-        print(f"tricomb {args.command}: error: {exc}", file=sys.stderr)
+        located = isinstance(exc, TricombError) and exc.location is not None and exc.location.file == "<command line>"
+        text = exc if located or not isinstance(exc, TricombError) else exc.message  # (not the console script's line)
+        print(f"tricomb {args.command}: error: {text}", file=sys.stderr)
         return 2
 
 

@@ -18,7 +18,9 @@ import torch
 from ..codegen.module import emit_module
 from ..lower.bind import Binding, bind
 from ..lower.fuse import KernelPlan, plan
+from ..errors import UnsupportedError
 from ..pipeline.ir import PipelineIR
+from ..scalar.ir import jit_functions
 from . import binaries, index
 from .loader import load_module
 
@@ -107,13 +109,34 @@ def run(pipeline: PipelineIR, cache: dict, tensors: tuple, out: torch.Tensor | N
     module, interpret = _module(pipeline, cache, tensors, out, key)
     with numpy.errstate(all="ignore") if interpret else contextlib.nullcontext():
         prepared = module.prepare(*tensors, out=out, _checked=True, **overrides)
-    if interpret:
-        prepared = _quiet(prepared)
-    elif key is not None:
-        return _first_launch(module, prepared, cache, key, tensors)
-    if key is not None:
-        cache[key] = prepared
-    return prepared(*tensors, out=out)
+    with _triton_failures(pipeline):
+        if interpret:
+            prepared = _quiet(prepared)
+        elif key is not None:
+            return _first_launch(module, prepared, cache, key, tensors)
+        if key is not None:
+            cache[key] = prepared
+        return prepared(*tensors, out=out)
+
+
+@contextlib.contextmanager
+def _triton_failures(pipeline: PipelineIR):
+    """Triton failing to compile or interpret a kernel (which tricomb's own checks let through only for what a
+    user's @triton.jit function does: tl.rand, libdevice or inline assembly under the interpreter, say) raises
+    UnsupportedError, once, at the first stage that calls a @triton.jit function."""
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import InterpreterError
+    try:
+        yield
+    except (CompilationError, InterpreterError) as exc:
+        stages = [st for st, fn in zip(pipeline.stages, pipeline.functions) if jit_functions(fn)]
+        where = stages[0].location if stages else None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnsupportedError(f"Triton could not {'compile' if isinstance(exc, CompilationError) else 'run'} "
+                               f"this pipeline's kernel ({type(exc).__name__}: {first[:300]})"
+                               + ("; the @triton.jit function this stage calls may use what Triton cannot run "
+                                  "here (under the interpreter: tl.rand, libdevice, inline assembly)" if stages else
+                                  "; please report it"), where) from exc
 
 
 def _first_launch(module: ModuleType, prepared, cache: dict, key, tensors: tuple):

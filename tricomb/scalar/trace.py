@@ -94,6 +94,10 @@ def to_expr(value) -> Expr:
         return Const(int(value) if not isinstance(value, bool) else value)
     if isinstance(value, numbers.Real):
         return Const(float(value))
+    if isinstance(value, (tuple, list)):
+        raise TraceError(f"a scalar function used a {type(value).__name__} of {len(value)} where one value was "
+                         "expected: a field is one number, and only a function's result may be a tuple of fields",
+                         caller_location())
     raise TraceError(f"a scalar function used a {type(value).__name__} ({value!r}) where a number or traced value "
                      "was expected; only Python numbers and the function's own arguments can appear in it",
                      caller_location())
