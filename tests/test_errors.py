@@ -291,3 +291,14 @@ def test_library_functions_given_the_wrong_arguments_raise_argument_error():
         tc.library.ema()
     with pytest.raises(tc.ArgumentError, match="too many positional arguments"):
         tc.library.var(0, False, 1, 5)
+
+
+def test_an_operator_returning_a_constant_is_refused():
+    """(second hostile review) it failed at the call with an unrelated shape message"""
+    with pytest.raises(tc.UnsupportedError, match="scan's operator returns a constant, which reads neither operand"):
+        tc.scan(lambda p, q: tc.exp(0.0))
+
+
+def test_a_tuple_where_one_value_belongs_says_so():
+    with pytest.raises(tc.TraceError, match="used a tuple of 2 where one value was expected"):
+        tc.map(lambda x: tc.exp((x, x)))

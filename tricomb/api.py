@@ -1,6 +1,7 @@
 """The Python API: stage constructors, ``>>`` composition, and calling a pipeline on tensors."""
 from __future__ import annotations
 
+import builtins
 import functools
 import numbers
 
@@ -13,7 +14,7 @@ from .pipeline.printer import pipeline_text
 from .pipeline.shorthands import SHORTHANDS, Shorthand
 from .pipeline.verify import operator_spec, verify
 from .runtime import launch
-from .scalar.ir import Arg, Call, Function
+from .scalar.ir import Arg, Call, Function, JitCall, walk
 from .scalar.trace import BUILTINS, to_function
 
 
@@ -133,9 +134,20 @@ def _named_result(ir: PipelineIR):
     return torch.return_types.cummax if operator_spec(last.op).name == "maximum" else torch.return_types.cummin
 
 
+def _depends_on_its_operands(fn: Function, kind: str, where) -> Function:
+    """A reduce or scan operator with a result field that reads none of its operands (a constant) has nothing to
+    combine: refused, with what to write instead."""
+    for k, out in enumerate(fn.outputs):  # (builtins.any: this module defines tc.any)
+        if not builtins.any(isinstance(e, (Arg, JitCall)) for e in walk(out)):
+            raise UnsupportedError(f"{kind}'s operator returns a constant{'' if len(fn.outputs) == 1 else f' in field {k}'}"
+                                   f", which reads neither operand, so the {kind} has nothing to combine; a "
+                                   "constant result is a map (tc.map(lambda x: c))", where)
+    return fn
+
+
 def build_reduce(op, axis, keepdim, mean: bool, where, dtype=None, index: bool = False,
                  skip_nan: bool = False, identity=None) -> Pipeline:
-    fn = to_function(op, role="reduce's operator", location=where)
+    fn = _depends_on_its_operands(to_function(op, role="reduce's operator", location=where), "reduce", where)
     if not isinstance(keepdim, bool):
         raise ArgumentError(f"keepdim must be True or False, got {keepdim!r}", where)
     stage = Reduce(fn, _axes(axis, where), keepdim, mean, _dtype(dtype, where), index, skip_nan,
@@ -150,7 +162,7 @@ def build_scan(op, axis, where, dtype=None, reverse: bool = False, exclusive: bo
     for name, flag in (("reverse", reverse), ("exclusive", exclusive)):
         if not isinstance(flag, bool):
             raise ArgumentError(f"{name} must be True or False, got {flag!r}", where)
-    fn = to_function(op, role="scan's operator", location=where)
+    fn = _depends_on_its_operands(to_function(op, role="scan's operator", location=where), "scan", where)
     stage = Scan(fn, int(axis), _dtype(dtype, where), reverse, exclusive, _identity(identity, where), where, index)
     return Pipeline(PipelineIR((stage,)))
 

@@ -135,7 +135,7 @@ def _pipeline(args):
             raise UsageError(f"--env {args.env}: no such file")
         try:
             namespace = runpy.run_path(args.env, run_name="tricomb_env")
-        except (Exception, SystemExit) as exc:  # the user's file failed: say where, not a traceback of tricomb
+        except BaseException as exc:  # the user's file failed (or exited): say so, not a traceback of tricomb
             raise UsageError(f"--env {args.env}: running it raised {type(exc).__name__}: {exc}") from None
         env = {k: v for k, v in namespace.items()
                if not k.startswith("__") and not isinstance(v, types.ModuleType)}  # `import triton` names no function
