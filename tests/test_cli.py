@@ -156,3 +156,10 @@ def test_check_of_a_pipeline_unsupported_at_the_rank_is_a_usage_error(capsys):
     reported as a result that differs from torch, with shrinking."""
     assert main(["check", "scan maximum | zip_with sub | max", "--examples", "3", "--device", "cpu"]) == 2
     assert "--rank 2: a scan and a reduce after it fuse" in capsys.readouterr().err
+
+
+def test_run_and_check_take_integer_and_bool_dtypes(capsys):
+    """(new-user trial round 2) --dtype offered floats only"""
+    assert main(["run", "map x -> x * 3 | sum", "--shape", "50", "--dtype", "int32", "--device", "cpu"]) == 0
+    assert main(["check", "cummax", "--examples", "5", "--dtype", "int16", "--rank", "1", "--device", "cpu"]) == 0
+    assert main(["run", "any", "--shape", "20", "--dtype", "bool", "--device", "cpu"]) == 0

@@ -27,7 +27,8 @@ EXAMPLES = """examples:
 """
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float64": torch.float64}
+          "float64": torch.float64, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
+          "int64": torch.int64, "uint8": torch.uint8, "bool": torch.bool}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -115,11 +116,21 @@ def _inputs(args, pipe, device: torch.device) -> list[torch.Tensor]:
     _check_seed(args.seed)
     generator = torch.Generator().manual_seed(args.seed)
     try:
-        return [torch.randn(shape, generator=generator).to(DTYPES[args.dtype]).to(device)
+        return [_random(shape, DTYPES[args.dtype], generator).to(device)
                 for shape in _input_shapes(pipe, tuple(args.shape))]
     except (RuntimeError, MemoryError, TypeError, ValueError, OverflowError) as exc:
         raise UsageError(f"--shape {' '.join(map(str, args.shape))}: cannot make inputs of that shape ({exc})") \
             from None
+
+
+def _random(shape, dtype: torch.dtype, generator) -> torch.Tensor:
+    """Standard normal floats; integers from -100 to 100 (0 to 100 unsigned); bools half True."""
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=generator).to(dtype)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=generator) < 0.5
+    low = 0 if dtype == torch.uint8 else -100
+    return torch.randint(low, 101, shape, generator=generator).to(dtype)
 
 
 def _check_seed(seed: int) -> None:
