@@ -266,60 +266,89 @@ _PYTHON_ON_VALUES = {"min": "tl.minimum", "max": "tl.maximum", "sum": "+", "any"
                      "int": "x.to(tl.int64)", "float": "x.to(tl.float32)", "len": "nothing: a value has no length"}
 
 
-def check_elementwise(node: ast.FunctionDef, py_fn) -> None:
-    """Refuse what a ``@triton.jit`` element function cannot do: branch on its values (``if``, ``while``,
-    ``and``/``or``/``not``, ``a if c else b``: the values are a block, and Triton's interpreter would take one
-    branch for all of it), pass them to Python's ``min``, ``max``, ``bool``, ... (which see the block, not an
-    element), call Triton's block functions (``tl.sum`` would fold the block, not the element), or return
-    nothing. Raises :class:`InlineError` at the offending line."""
-    params = {a.arg for a in node.args.args}
-    values = params | _local_names(node)
-    for sub in ast.walk(node):
-        where = _line(py_fn, sub)
-        test = sub.test if isinstance(sub, (ast.If, ast.While, ast.IfExp)) else \
-            sub if isinstance(sub, ast.BoolOp) or (isinstance(sub, ast.UnaryOp) and isinstance(sub.op, ast.Not)) \
-            else None
-        if test is not None and any(isinstance(n, ast.Name) and n.id in values for n in ast.walk(test)):
-            kind = {ast.If: "if", ast.While: "while", ast.IfExp: "a conditional expression",
-                    ast.BoolOp: "and/or", ast.UnaryOp: "not"}[type(sub)]
-            raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {kind} on its values; it runs on a "
-                              "block of elements at once, so a branch cannot depend on one. Use tl.where(cond, a, "
-                              "b) (and &, |, ~ for and/or/not)", where)
-        uses_values = any(isinstance(n, ast.Name) and n.id in values for n in ast.walk(sub))
-        if isinstance(sub, ast.Compare) and len(sub.ops) > 1 and uses_values:
-            raise InlineError(f"@triton.jit function {py_fn.__name__!r} chains comparisons on its values; Python "
-                              "makes a < x < b an `and`, which a block of elements cannot take. Write "
-                              "(a < x) & (x < b)", where)
-        if isinstance(sub, ast.For) and any(isinstance(n, ast.Name) and n.id in values for n in ast.walk(sub.iter)):
-            raise InlineError(f"@triton.jit function {py_fn.__name__!r} loops a number of times that depends on its "
-                              "values; each element of the block would need its own count. Loop a fixed number "
-                              "of times and select with tl.where", where)
-        if isinstance(sub, ast.Raise):
-            raise InlineError(f"@triton.jit function {py_fn.__name__!r} raises; a kernel cannot. Return NaN (or a "
-                              "flag value) with tl.where instead", where)
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _BLOCK_FUNCTIONS \
-                and isinstance(sub.func.value, ast.Name) and sub.func.value.id in values:
-            raise InlineError(f"@triton.jit function {py_fn.__name__!r} calls .{sub.func.attr}() on a value, which "
-                              "works on the whole block; a scalar function maps one element to one result. Reduce "
-                              "or scan with a pipeline stage instead", where)
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id not in values:
-            found, callee = _free_value(py_fn, sub.func.id)
-            if found and _is_library_jit(callee) and callee.fn.__name__ in _BLOCK_FUNCTIONS:
-                raise InlineError(f"@triton.jit function {py_fn.__name__!r} calls {sub.func.id} (Triton's "
-                                  f"{callee.fn.__name__}), which works on a whole block; a scalar function maps one "
-                                  "element to one result. Reduce with a pipeline stage instead", where)
-        python = isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in _PYTHON_ON_VALUES \
-            and sub.func.id not in values and _free_value(py_fn, sub.func.id)[0] is False
-        if python and any(isinstance(n, ast.Name) and n.id in values for a in sub.args for n in ast.walk(a)):
-            raise InlineError(f"@triton.jit function {py_fn.__name__!r} passes its values to Python's "
-                              f"{sub.func.id}(), which sees the whole block, not one element; write "
-                              f"{_PYTHON_ON_VALUES[sub.func.id]}", where)
-        chain = _dotted(sub.func) if isinstance(sub, ast.Call) else None
+def _reads(node: ast.AST, values: set[str]) -> bool:
+    """Whether ``node`` reads one of the function's values (its parameters and locals)."""
+    return any(isinstance(n, ast.Name) and n.id in values for n in ast.walk(node))
+
+
+_BRANCHES = {ast.If: "if", ast.While: "while", ast.IfExp: "a conditional expression", ast.BoolOp: "and/or"}
+
+
+def _branches(sub, values, py_fn) -> str | None:
+    kind = "not" if isinstance(sub, ast.UnaryOp) and isinstance(sub.op, ast.Not) else _BRANCHES.get(type(sub))
+    test = getattr(sub, "test", sub)
+    if kind is None or not _reads(test, values):
+        return None
+    return (f"uses {kind} on its values; it runs on a block of elements at once, so a branch cannot depend on one. "
+            "Use tl.where(cond, a, b) (and &, |, ~ for and/or/not)")
+
+
+def _chained_comparison(sub, values, py_fn) -> str | None:
+    if not (isinstance(sub, ast.Compare) and len(sub.ops) > 1 and _reads(sub, values)):
+        return None
+    return ("chains comparisons on its values; Python makes a < x < b an `and`, which a block of elements cannot "
+            "take. Write (a < x) & (x < b)")
+
+
+def _loop_by_value(sub, values, py_fn) -> str | None:
+    if not (isinstance(sub, ast.For) and _reads(sub.iter, values)):
+        return None
+    return ("loops a number of times that depends on its values; each element of the block would need its own "
+            "count. Loop a fixed number of times and select with tl.where")
+
+
+def _raises(sub, values, py_fn) -> str | None:
+    return "raises; a kernel cannot. Return NaN (or a flag value) with tl.where instead" \
+        if isinstance(sub, ast.Raise) else None
+
+
+def _block_call(sub, values, py_fn) -> str | None:
+    """A call of one of Triton's block functions: as a method of a value, by Triton's module, or imported."""
+    if not isinstance(sub, ast.Call):
+        return None
+    func, called = sub.func, None
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in values:
+        called = f".{func.attr}() on a value" if func.attr in _BLOCK_FUNCTIONS else None
+    elif isinstance(func, ast.Name) and func.id not in values:
+        found, callee = _free_value(py_fn, func.id)
+        if found and _is_library_jit(callee) and callee.fn.__name__ in _BLOCK_FUNCTIONS:
+            called = f"{func.id} (Triton's {callee.fn.__name__})"
+    else:
+        chain = _dotted(func)
         if chain and len(chain) >= 2 and chain[-1] in _BLOCK_FUNCTIONS and chain[0] not in values and \
                 _is_triton_module(_free_value(py_fn, chain[0])[1]):
-            raise InlineError(f"@triton.jit function {py_fn.__name__!r} calls {'.'.join(chain)}, which works on a "
-                              "whole block; a scalar function maps one element to one result. Reduce with a "
-                              "pipeline stage instead (tc.sum, tc.reduce)", where)
+            called = ".".join(chain)
+    if called is None:
+        return None
+    return (f"calls {called}, which works on a whole block; a scalar function maps one element to one result. "
+            "Reduce or scan with a pipeline stage instead (tc.sum, tc.reduce)")
+
+
+def _python_on_values(sub, values, py_fn) -> str | None:
+    if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in _PYTHON_ON_VALUES):
+        return None
+    name = sub.func.id
+    if name in values or _free_value(py_fn, name)[0] or not any(_reads(a, values) for a in sub.args):
+        return None  # (a name of the user's own, or nothing of the block passed)
+    return (f"passes its values to Python's {name}(), which sees the whole block, not one element; write "
+            f"{_PYTHON_ON_VALUES[name]}")
+
+
+_ELEMENTWISE_RULES = (_branches, _chained_comparison, _loop_by_value, _raises, _block_call, _python_on_values)
+
+
+def check_elementwise(node: ast.FunctionDef, py_fn) -> None:
+    """Refuse what a ``@triton.jit`` element function cannot do (each rule above): branch on its values, or loop
+    by them (the values are a block, and Triton's interpreter would take one branch for all of it), pass them to
+    Python's ``min``, ``max``, ``bool``, ... (which see the block), call Triton's block functions (``tl.sum``
+    would fold the block, not the element), raise, or return nothing. Raises :class:`InlineError` at the
+    offending line."""
+    values = _local_names(node)
+    for sub in ast.walk(node):
+        for rule in _ELEMENTWISE_RULES:
+            problem = rule(sub, values, py_fn)
+            if problem is not None:
+                raise InlineError(f"@triton.jit function {py_fn.__name__!r} {problem}", _line(py_fn, sub))
     if not any(isinstance(r, ast.Return) and r.value is not None for r in ast.walk(node)):
         raise InlineError(f"@triton.jit function {py_fn.__name__!r} returns nothing; return its result",
                           _location(py_fn))
