@@ -163,3 +163,10 @@ def test_run_and_check_take_integer_and_bool_dtypes(capsys):
     assert main(["run", "map x -> x * 3 | sum", "--shape", "50", "--dtype", "int32", "--device", "cpu"]) == 0
     assert main(["check", "cummax", "--examples", "5", "--dtype", "int16", "--rank", "1", "--device", "cpu"]) == 0
     assert main(["run", "any", "--shape", "20", "--dtype", "bool", "--device", "cpu"]) == 0
+
+
+def test_python_dash_m_tricomb_is_the_command():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "tricomb", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "usage: tricomb" in out.stdout
