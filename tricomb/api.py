@@ -7,7 +7,8 @@ import numbers
 
 import torch
 
-from .errors import ArgumentError, AxisError, DTypeError, TricombError, UnsupportedError, caller_location
+from .errors import (ArgumentError, AxisError, DTypeError, TricombError, UnsupportedError, caller_location,
+                     too_deeply_nested)
 from .lower.fuse import KernelPlan, describe
 from .pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
 from .pipeline.printer import pipeline_text
@@ -39,16 +40,13 @@ class Plan:
 
 
 def _nesting_refused(method):
-    """``method``, raising UnsupportedError where a scalar function nests past Python's recursion limit (tricomb
-    walks expressions recursively), instead of a RecursionError from deep inside."""
+    """``method``, raising :func:`too_deeply_nested`'s UnsupportedError instead of a RecursionError."""
     @functools.wraps(method)
     def guarded(*args, **kwargs):
         try:
             return method(*args, **kwargs)
         except RecursionError:
-            raise UnsupportedError("a scalar function of this pipeline nests too deeply for tricomb (past Python's "
-                                   "recursion limit, some hundreds of operations in one chain); split it across "
-                                   "map stages, or write it as a @triton.jit function", caller_location()) from None
+            raise too_deeply_nested() from None
     return guarded
 
 
@@ -82,8 +80,8 @@ class Pipeline:
         raise TricombError(f"only pipelines compose with >>; {other!r} is not one. Wrap scalar functions in "
                            "tc.map(...) or tc.zip_with(...)", caller_location())
 
-    @_nesting_refused
     def __call__(self, *inputs: torch.Tensor, out: torch.Tensor | None = None, **named) -> torch.Tensor:
+        # (the launch path: its slow part refuses deep nesting itself, so a repeated call pays no wrapper)
         if named:
             raise ArgumentError(f"a pipeline takes its inputs by position, not as {', '.join(k + '=' for k in named)}"
                                 "; call pipe(x, y) (out= is the one keyword)", caller_location())

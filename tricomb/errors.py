@@ -113,3 +113,11 @@ def caller_location() -> Location | None:
             return Location(frame.f_code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return None
+
+
+def too_deeply_nested() -> UnsupportedError:
+    """The error for a scalar function nested past Python's recursion limit (tricomb walks expressions
+    recursively), located at the user's call; raised in place of the RecursionError."""
+    return UnsupportedError("a scalar function of this pipeline nests too deeply for tricomb (past Python's "
+                            "recursion limit, some hundreds of operations in one chain); split it across map "
+                            "stages, or write it as a @triton.jit function", caller_location())

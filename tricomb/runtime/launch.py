@@ -18,7 +18,7 @@ import torch
 from ..codegen.module import emit_module
 from ..lower.bind import Binding, bind
 from ..lower.fuse import KernelPlan, plan
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, too_deeply_nested
 from ..pipeline.ir import PipelineIR
 from ..scalar.ir import jit_functions
 from . import binaries, index
@@ -106,6 +106,14 @@ def run(pipeline: PipelineIR, cache: dict, tensors: tuple, out: torch.Tensor | N
     prepared = cache.get(key) if key is not None else None
     if prepared is not None:
         return prepared(*tensors)
+    try:
+        return _first_call(pipeline, cache, tensors, out, key, overrides)
+    except RecursionError:
+        raise too_deeply_nested() from None
+
+
+def _first_call(pipeline: PipelineIR, cache: dict, tensors: tuple, out, key, overrides: dict) -> torch.Tensor:
+    """The call path when no prepared launch fits: find or build the module, prepare, launch (and keep)."""
     module, interpret = _module(pipeline, cache, tensors, out, key)
     with numpy.errstate(all="ignore") if interpret else contextlib.nullcontext():
         prepared = module.prepare(*tensors, out=out, _checked=True, **overrides)
