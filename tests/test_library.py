@@ -78,10 +78,11 @@ def test_library_operators_are_declared_not_sampled():
     L.var(axis=0)  # builds: its laws are declared, not sampled (sampling would raise the LawError above)
 
 
-def test_logsumexp_folds_elements_by_its_declared_step_with_the_pair_combines_results(device):
-    """softmax_denominators' reduce takes each element in by the declared step (one exp) instead of lifting it to
-    (x, 1) and applying the pair combine (two exps); the results are the pair combine's, special values included,
-    on tiny tiles, split rows and every float dtype."""
+def test_logsumexp_folds_whole_tiles_by_its_declared_share_with_the_pair_combines_results(device):
+    """softmax_denominators' reduce takes elements in by whole tiles (the tile's max, then the sum of each
+    element's declared share: one exp) instead of lifting each to (x, 1) and applying the pair combine (two exps);
+    the results are the pair combine's, special values included, on tiny tiles, split rows and every float
+    dtype."""
     from tricomb.library import LOG_SUM_EXP
     x = torch.randn(6, 37, device=device) * 30
     x[0] = -inf
@@ -91,8 +92,8 @@ def test_logsumexp_folds_elements_by_its_declared_step_with_the_pair_combines_re
     x[4, 7] = -inf
     library = L.softmax_denominators(axis=1)
     pairs = tc.map(lambda v: (v * 1.0, tc.where(v == v, 1.0, v * 1.0 + 0.0))) >> tc.reduce(
-        LOG_SUM_EXP, axis=1, identity=(-inf, 0.0))  # the same operator, a lift with no declared step
-    assert library.explain(x).kernel_plan.step is not None and pairs.explain(x).kernel_plan.step is None
+        LOG_SUM_EXP, axis=1, identity=(-inf, 0.0))  # the same operator, a lift with no declared share
+    assert library.explain(x).kernel_plan.share is not None and pairs.explain(x).kernel_plan.share is None
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32):
         v = x.to(dtype) if dtype.is_floating_point else x.nan_to_num(0.0, 99.0, -99.0).to(dtype)
         for tiles in ({}, {"BLOCK_K": 4, "SPLIT": 3}, {"BLOCK_K": 8}):
@@ -102,3 +103,24 @@ def test_logsumexp_folds_elements_by_its_declared_step_with_the_pair_combines_re
             torch.testing.assert_close(s, s2, equal_nan=True, rtol=1e-5, atol=0)
     want = torch.logsumexp(x.cpu(), 1)
     torch.testing.assert_close(L.logsumexp(axis=1)(x).cpu(), want, equal_nan=True)
+
+
+def test_every_declared_share_is_its_operators_sum_at_a_maximum():
+    """The contract a declared share promises (declare_share), checked by torch in float64 on every pair of
+    special and ordinary values with x <= m: share(m, x) is field 1 of op((m, 0), lift(x)), field 0 of that is m,
+    and the share is NaN exactly where x or m is."""
+    from tricomb.pipeline.evaluate import evaluate_function
+    from tricomb.pipeline.operators import _SHARES
+    values = torch.tensor([-inf, -1e30, -88.0, -3.5, -1.0, -0.0, 0.0, 1e-30, 2.0, 20.0, 88.0, 1e30, inf, nan],
+                          dtype=torch.float64)
+    m, x = (t.reshape(-1) for t in torch.meshgrid(values, values, indexing="ij"))
+    keep = ~(x > m)  # x <= m, and the pairs with a NaN
+    m, x = m[keep], x[keep]
+    assert _SHARES
+    for (lift, op, identity), share in _SHARES.items():
+        lifted = evaluate_function(lift, [x])
+        combined = evaluate_function(op, [m, torch.zeros_like(m), *lifted])
+        got = evaluate_function(share, [m, x])[0]
+        torch.testing.assert_close(got, combined[1], equal_nan=True, rtol=1e-15, atol=0)
+        torch.testing.assert_close(combined[0], torch.where(x != x, x, m), equal_nan=True, rtol=0, atol=0)
+        assert torch.equal(got.isnan(), m.isnan() | x.isnan())

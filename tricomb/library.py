@@ -14,7 +14,7 @@ import numbers
 
 from . import api
 from .errors import ArgumentError, caller_location
-from .pipeline.operators import Laws, declare_laws, declare_step
+from .pipeline.operators import Laws, declare_laws, declare_share
 from .scalar.trace import BUILTINS, to_function
 
 def _arguments_named(fn):
@@ -59,11 +59,9 @@ def _log_sum_exp_lift(x):
     return x * 1.0, where(x == x, 1.0, x * 1.0)  # (x, 1), and (NaN, NaN) for NaN
 
 
-def _log_sum_exp_step(m, s, x):
-    # (m, s) combined with one lifted element (x, 1): of x and m, the smaller's scale is exp(-|x - m|) times the
-    # larger's; equal maxima (infinities included) add 1 without an exp
-    e = where(x == m, 1.0, exp(abs_(x - m) * -1.0))
-    return maximum(m, x), where(x > m, s * e + 1.0, s + e)
+def _log_sum_exp_share(m, x):
+    # field 1 of (m, 0) combined with (x, 1) for x <= m: exp(x - m), and 1 where x == m (infinities included)
+    return where(x == m, 1.0, exp(x - m))
 
 
 def _welford(n1, mean1, m2_1, n2, mean2, m2_2):
@@ -86,10 +84,10 @@ declare_laws(LINEAR, (0.0, 1.0), Laws(True, False))
 # (max, sum of exp(x - max)): exp(a - m) * exp(m - M) = exp(a - M), so rescaling to the larger max is exact
 # algebra; associative and commutative (Milakov and Gimelshein, "Online normalizer calculation for softmax", 2018)
 declare_laws(LOG_SUM_EXP, (-_INF, 0.0), Laws(True, True))
-# step(m, s, x) = LOG_SUM_EXP(m, s, x, 1): with M = max(m, x), s * exp(m - M) + exp(x - M) is s * e + 1 when x > m
-# and s + e otherwise, e = exp(-|x - m|); the where()s for equal arguments are the combine's own
+# field 0 is the larger max; at equal maxima the sums add; (m, 0) combined with (x, 1) for x <= m has sum
+# exp(x - m), 1 where x == m: tiles fold as their max, then the sum of the shares
 LOG_SUM_EXP_LIFT = _operator(_log_sum_exp_lift, "the log-sum-exp lift")
-declare_step(LOG_SUM_EXP_LIFT, LOG_SUM_EXP, (-_INF, 0.0), _operator(_log_sum_exp_step, "the log-sum-exp step"))
+declare_share(LOG_SUM_EXP_LIFT, LOG_SUM_EXP, (-_INF, 0.0), _operator(_log_sum_exp_share, "the log-sum-exp share"))
 # Chan, Golub and LeVeque, "Algorithms for computing the sample variance", 1983: the pairwise merge of
 # (count, mean, sum of squared deviations) is associative and commutative for non-negative counts
 declare_laws(WELFORD, (0.0, 0.0, 0.0), Laws(True, True))

@@ -37,16 +37,20 @@ def main():
     configs += [{**base, "BLOCK_K": 4096, "num_warps": 4, "WINDOW": win} for win in (8, 16, 64)]
     configs += [{}]
     pipe = tc.parse("map exp | cumsum")
-    sweep("P4", pipe, [x], torch.cumsum(torch.exp(x).double(), 0), 8 * n, configs)
+    if "P10" not in sys.argv[1:]:
+        sweep("P4", pipe, [x], torch.cumsum(torch.exp(x).double(), 0), 8 * n, configs)
     if "P4" in sys.argv[1:]:
         return
     v, d = torch.randn(1 << 26, device="cuda"), torch.rand(1 << 26, device="cuda")
     rec = tc.library.linear_recurrence() >> tc.map(lambda h, decays: h)
     from torch._higher_order_ops.associative_scan import associative_scan
     want = associative_scan(lambda a, b: (a[0] * b[1] + b[0], a[1] * b[1]), (v, d), dim=-1)[0]
-    sweep("P10", rec, [v, d], want, 12 * (1 << 26), [{}, {**base, "BLOCK_K": 2048, "num_warps": 4},
-                                                      {**base, "BLOCK_K": 4096, "num_warps": 4},
-                                                      {**base, "BLOCK_K": 8192, "num_warps": 8}])
+    sweep("P10", rec, [v, d], want, 12 * (1 << 26),
+          [{}] + [{**base, "BLOCK_K": k, "num_warps": w, "WINDOW": win}
+                  for k, w, win in [(512, 1, 32), (512, 2, 32), (1024, 2, 32), (1024, 4, 32), (2048, 2, 32),
+                                    (2048, 4, 32), (2048, 4, 16), (2048, 8, 32), (4096, 4, 32), (4096, 8, 32)]])
+    if "P10" in sys.argv[1:]:
+        return
     running = tc.scan(lambda m1, p1, m2, p2: (tc.maximum(m1, m2), p2))
     dd = tc.map(lambda x: (x, x)) >> running >> tc.map(lambda m, p: m - p) >> tc.max()
     sweep("P11", dd, [x], (torch.cummax(x, 0).values - x).max(), 4 * n,

@@ -32,26 +32,35 @@ def _tile_address(rows: dict[str, str], ks: dict[str, str], slots) -> dict[str, 
 
 def _before_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: str) -> list[Value]:
     """Inside the loop over K: load the inputs that join before the combine, apply the stages before it, and
-    return the stream's fields (with a declared element step, the stream before the lift, which the step
-    applies itself)."""
+    return the stream's fields (with a declared share, the stream before the lift, which the fold applies
+    itself)."""
     before = [s for s in p.inputs if not s.after]
     values = emit_loads(w, p, before, _tile_address(rows, ks, before), mask)
-    if p.step is None:
+    if p.share is None:
         return emit_stages(w, ctx, p, p.before, 0, first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
     lift = len(p.before) - 1
     stream = emit_stages(w, ctx, p, p.before[:-1], 0, first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
     return stream + [values[f"in{i}"] for i, owner in enumerate(input_stages(p.pipeline)) if owner == lift]
 
 
-def _step(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str], values: list[Value]) -> None:
-    """Fold one tile of elements into the tile-shaped accumulators by the operator's declared element step
-    (:func:`~tricomb.pipeline.operators.declare_step`); masked lanes keep their accumulators."""
-    w.comment("each element taken in by the operator's declared step (the lift and the pair combine in one)")
-    w.line(f"element = {to_accumulator(ctx, p, values[0], 0)}")
-    args = [Value(acc, dtype) for acc, dtype in zip(accs, p.acc_dtypes)] + [Value("element", p.acc_dtypes[0])]
-    stepped = emit_function(w, ctx, p.step, args, "[BLOCK_M, BLOCK_K]")
-    for j, (acc, new) in enumerate(zip(accs, stepped)):
-        w.line(f"{acc} = tl.where(mask, {new.text}, {acc}).to({acc_type(p, j)})")
+def _fold_max_first(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str], values: list[Value],
+                    combine: str) -> None:
+    """Fold one tile of elements into the per-row accumulators as an online normalizer's pair
+    (:func:`~tricomb.pipeline.operators.declare_share`): each row's largest element ``tile_max``, then the sum of
+    each element's share at that maximum, joined to the accumulators by the pair combine. (A NaN element, which
+    the maximum skips, makes its share and so the sum NaN; the maximum is then made NaN too, as the pair
+    combine's would be.)"""
+    w.comment("the tile taken in max first (the operator's declared share): per row its largest element, then the")
+    w.comment("sum of each element's share at that maximum, joined to the row's pair by the combine")
+    w.line(f"element = tl.where(mask, {to_accumulator(ctx, p, values[0], 0)}, {identity_text(p, 0)})")
+    w.line("tile_max = tl.reduce(element, 1, tl.standard._elementwise_max)")
+    args = [Value("tile_max[:, None]", p.acc_dtypes[0]), Value("element", p.acc_dtypes[0])]
+    share = emit_function(w, ctx, p.share, args, "[BLOCK_M, BLOCK_K]")[0]
+    w.line(f"share = tl.where(mask, {share.text}, {identity_text(p, 1)}).to({acc_type(p, 1)})")
+    w.line("tile_sum = tl.reduce(share, 1, tl.standard._sum_combine)")
+    w.line("tile_max = tl.where(tile_sum != tile_sum, tile_sum, tile_max)",
+           comment="a NaN element: the maximum skipped it, the pair is NaN")
+    w.line(f"{', '.join(accs)} = {combine}({', '.join(accs)}, tile_max, tile_sum)")
 
 
 def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, names: list[str], address, mask: str,
@@ -70,8 +79,8 @@ def _accumulate(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str], v
                 combine: str) -> None:
     """Fold one tile of the stream's fields (masked lanes as the identity) into the reduce's accumulators: lane
     by lane into tile-shaped ones, or, for an operator that does not commute, in order into per-row ones."""
-    if p.step is not None:
-        _step(w, ctx, p, accs, values)
+    if p.share is not None:
+        _fold_max_first(w, ctx, p, accs, values, combine)
         return
     steps = masked_fields(ctx, p, values, "mask")
     if not p.ordered:
@@ -90,7 +99,7 @@ def _finish(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, accs: li
     program being part ``part`` of row tile ``ticket``); then a mean's division, the stages after the reduce and
     the store."""
     totals = fields("total", p.width)
-    if p.ordered:
+    if p.per_row:
         for j, (t, acc) in enumerate(zip(totals, accs)):
             w.line(f"{t} = tl.where(row_mask, {acc}, {identity_text(p, j)})",
                    comment="one use of the loop's result (Triton 3.6's thread-locality pass asserts it)" if j == 0
@@ -117,7 +126,7 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str)
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
     rows = emit_offsets(w, "rows", kept, p.slots, "r")
-    shape = "[BLOCK_M]" if p.ordered else "[BLOCK_M, BLOCK_K]"
+    shape = "[BLOCK_M]" if p.per_row else "[BLOCK_M, BLOCK_K]"
     for j, acc in enumerate(accs):
         w.line(f"{acc} = tl.full({shape}, {identity_text(p, j)}, {acc_type(p, j)})")
     if p.index:
@@ -219,7 +228,7 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
         w.line(f"{carry} = tl.full([BLOCK_M], {identity_text(p, j)}, {acc_type(p, j)})")
     fused = p.reduce_view() if p.then is not None else None
     if fused is not None:
-        shape = "[BLOCK_M]" if fused.ordered else "[BLOCK_M, BLOCK_K]"
+        shape = "[BLOCK_M]" if fused.per_row else "[BLOCK_M, BLOCK_K]"
         for j, acc in enumerate(fields("acc", fused.width)):
             w.line(f"{acc} = tl.full({shape}, {identity_text(fused, j)}, {acc_type(fused, j)})")
     with w.block("for k0 in range(k_first, k_stop, BLOCK_K):"):

@@ -362,7 +362,7 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     if p.kind == "map":
         w.line("cfg = schedule_map(M * K, interpret)")
     elif p.kind == "reduce":
-        w.line(f"cfg = schedule_reduce(M, K, {inner}, _num_sms(in0.device), interpret)")
+        w.line(f"cfg = schedule_reduce(M, K, {inner}, _num_sms(in0.device), interpret, per_tile={p.share is not None})")
     else:
         w.line(f"cfg = schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret)")
     tuned = _TUNED[p.kind]

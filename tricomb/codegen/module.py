@@ -22,8 +22,10 @@ from .launcher import RUNTIME_HELPERS, emit_launch
 from .scalar import ScalarContext
 from .writer import Names, Writer
 
-_SCHEDULES = {"map": schedule.schedule_map, "reduce": schedule.schedule_reduce, "scan": schedule.schedule_scan}
-_RESERVED = {"torch", "triton", "tl", "launch", "kernel", "combine", "schedule_map", "schedule_reduce",
+# each kind's schedule, and the functions it calls: copied into the module
+_SCHEDULES = {"map": (schedule.schedule_map,), "reduce": (schedule.schedule_reduce, schedule.split_rows),
+              "scan": (schedule.schedule_scan,)}
+_RESERVED = {"torch", "triton", "tl", "launch", "kernel", "combine", "schedule_map", "schedule_reduce", "split_rows",
              "schedule_scan", "_zeroed", "_num_sms", "_needs_int64", "_ZEROED", "_NUM_SMS", "libdevice",
              "TC_COMPILED", "_check_inputs", "_check_layout", "InterpretedFunction",
              "_empty", "os", "tuning_space", "_TUNERS", "TUNING", "_tuning", "_start_tuning", "_bench_config", "_tuner",
@@ -89,9 +91,10 @@ def emit_module(p: KernelPlan) -> str:
     w.raw(body.text())
     w.line()
     w.line()
-    w.raw(inspect.getsource(_SCHEDULES[p.kind]))
-    w.line()
-    w.line()
+    for fn in _SCHEDULES[p.kind]:
+        w.raw(inspect.getsource(fn))
+        w.line()
+        w.line()
     w.raw(inspect.getsource(schedule.tuning_space))
     w.line()
     w.raw(RUNTIME_HELPERS)

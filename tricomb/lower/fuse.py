@@ -21,10 +21,10 @@ from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.fields import field_inputs
 from ..pipeline.printer import stage_text as stage_name
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, Stage
-from ..pipeline.operators import declared_step, identities
+from ..pipeline.operators import declared_share, identities
 from ..pipeline.verify import operator_commutes, operator_identity, operator_spec
-from ..scalar.builtins import OpSpec
 from ..scalar.ir import Function
+from ..scalar.builtins import OpSpec
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, Group, combine_stage, input_stages
 from .expand import expand
@@ -63,9 +63,9 @@ class KernelPlan:
     then_combined_dtypes: tuple[torch.dtype, ...] | None = None
     then_acc_dtypes: tuple[torch.dtype, ...] | None = None
     ordered: bool = False  # the plan's reduce (or the one fused after its scan) does not commute: row-major order
-    # a reduce whose operator declares how it takes in one element after the last map (the lift): that step, the
-    # function of (accumulator fields..., element); the lift is then not computed
-    step: Function | None = None
+    # a reduce right after its lift map, whose operator is an online normalizer's pair: the declared share of
+    # an element at a maximum (:func:`declare_share`), by which whole tiles fold; the lift is not computed
+    share: Function | None = None
 
 
     def reduce_view(self) -> "KernelPlan":
@@ -77,6 +77,12 @@ class KernelPlan:
                                    combine=self.then, after=self.then_after,
                                    combined_dtypes=self.then_combined_dtypes, acc_dtypes=self.then_acc_dtypes,
                                    then=None, then_after=(), then_combined_dtypes=None, then_acc_dtypes=None)
+
+    @property
+    def per_row(self) -> bool:
+        """The reduce's accumulators hold one value per row (``[BLOCK_M]``), not one per lane: an operator that
+        does not commute folds in order, and an online normalizer's pair folds whole tiles (``share``)."""
+        return self.ordered or self.share is not None
 
     @property
     def width(self) -> int:
@@ -193,15 +199,15 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
                      then_acc_dtypes=then_acc)
     return KernelPlan(kind, pipeline, binding, inputs, outputs, field_inputs(pipeline), pipeline.stages[:at], stage,
                       pipeline.stages[at + 1:then_at], _compute_dtype(binding.dtypes), combined, acc, **fused,
-                      ordered=bool(ordered) and ordered[-1], step=_step(pipeline, at, stage, then))
+                      ordered=bool(ordered) and ordered[-1], share=_share(pipeline, at, stage, then))
 
 
-def _step(pipeline: PipelineIR, at: int, stage, then) -> Function | None:
-    """The declared element step of a reduce right after its lift map (:func:`declare_step`), or None."""
+def _share(pipeline: PipelineIR, at: int, stage, then) -> Function | None:
+    """The declared share of a reduce right after its lift map (:func:`declare_share`), or None."""
     if not isinstance(stage, Reduce) or stage.index or then is not None or at == 0:
         return None
     lift = pipeline.stages[at - 1]
-    return declared_step(lift.fn, stage.op, stage.identity) if isinstance(lift, Map) else None
+    return declared_share(lift.fn, stage.op, stage.identity) if isinstance(lift, Map) else None
 
 
 def _group_kind(p: KernelPlan, g: Group) -> str:

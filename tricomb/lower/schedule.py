@@ -21,28 +21,40 @@ def schedule_map(numel, interpret):
     return {"BLOCK": 1024, "num_warps": 4}
 
 
-def schedule_reduce(M, K, inner, num_sms, interpret):
+def schedule_reduce(M, K, inner, num_sms, interpret, per_tile=False):
     """Reduce ``M`` rows of ``K`` elements: ``BLOCK_M`` x ``BLOCK_K`` tiles; rows split ``SPLIT`` ways when few.
 
     ``inner`` is True when the reduced elements of a row are contiguous in memory (a row-wise reduction), which
     favours wide ``BLOCK_K``; otherwise the kept dimension is the contiguous one and ``BLOCK_M`` is widened.
+    ``per_tile`` is True when the kernel reduces every tile across its lanes (a max-first fold): a row of up to
+    8192 elements is then one tile, 16 warps wide, so those reductions happen once per row, as in torch.compile's
+    persistent reductions.
     """
     limit = 1 << 16 if interpret else 4096
     k_pow = max(triton.next_power_of_2(max(K, 1)), 2)
+    if inner and per_tile and not interpret:
+        block_k = min(k_pow, 8192)
+        warps = 16 if block_k >= 8192 else 8 if block_k >= 2048 else 4
+        return {"BLOCK_M": 1, "BLOCK_K": block_k, "SPLIT": split_rows(M, 1, K, block_k, num_sms), "num_warps": warps}
     if inner:
         block_k = min(k_pow, limit if interpret else 2048)
         block_m = max(min(limit // block_k, triton.next_power_of_2(max(M, 1))), 1)
     else:
         block_m = min(max(triton.next_power_of_2(max(M, 1)), 2), 64 if not interpret else limit // 16)
         block_k = max(min(k_pow, limit // block_m), 2)
-    split = 1
-    row_tiles = triton.cdiv(max(M, 1), block_m)
-    if not interpret and row_tiles < 2 * num_sms and K >= 8 * block_k:
-        # about 16 programs per SM, each at least 4 tiles: a whole-array reduce of 2**28 bf16 (P7) ran at 0.157
-        # ms with 4 per SM and at 0.138 ms (torch.compile's speed) with 16 (bench/experiments/split_sweep.py)
-        split = min(triton.cdiv(16 * num_sms, row_tiles), triton.cdiv(K, 4 * block_k), 4096)
+    split = 1 if interpret else split_rows(M, block_m, K, block_k, num_sms)
     warps = 8 if block_m * block_k >= 2048 else 4
-    return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": max(split, 1), "num_warps": warps}
+    return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": split, "num_warps": warps}
+
+
+def split_rows(M, block_m, K, block_k, num_sms):
+    """How many programs share each row tile: 1, or when the row tiles are too few to fill the GPU and long,
+    about 16 programs per SM, each at least 4 tiles. (A whole-array reduce of 2**28 bf16, P7, ran at 0.157 ms
+    with 4 per SM and at 0.138 ms, torch.compile's speed, with 16: bench/experiments/split_sweep.py.)"""
+    row_tiles = triton.cdiv(max(M, 1), block_m)
+    if row_tiles >= 2 * num_sms or K < 8 * block_k:
+        return 1
+    return max(min(triton.cdiv(16 * num_sms, row_tiles), triton.cdiv(K, 4 * block_k), 4096), 1)
 
 
 def schedule_scan(M, K, inner, num_sms, interpret):
@@ -69,6 +81,7 @@ def schedule_scan(M, K, inner, num_sms, interpret):
 
 def tuning_space(cfg, entry):
     """What Triton's autotuner times, around the heuristic's choice ``cfg``: the tile entry ``entry`` halved,
-    kept and doubled, each with 4 and 8 warps (six configs)."""
+    kept and doubled, each with 4 and 8 warps (six configs), and 16 where the heuristic chose 16 (nine)."""
     size = cfg[entry]
-    return [{entry: s, "num_warps": w} for s in (size // 2, size, size * 2) for w in (4, 8) if s >= 16]
+    warps = (4, 8, 16) if cfg["num_warps"] == 16 else (4, 8)
+    return [{entry: s, "num_warps": w} for s in (size // 2, size, size * 2) for w in warps if s >= 16]

@@ -49,20 +49,24 @@ def declared_laws(fn: Function, identity) -> Laws | None:
     return _DECLARED.get((fn, identity))
 
 
-_STEPS: dict[tuple[Function, Function, object], Function] = {}
+_SHARES: dict[tuple[Function, Function, object], Function] = {}
 
 
-def declare_step(lift: Function, op: Function, identity, step: Function) -> None:
-    """Register how one of tricomb's own reduce operators takes in one element: ``step(acc..., x)`` equals
-    ``op(acc..., lift(x)...)`` for every accumulator and element (a proof, not a sample, is the library's
-    burden). A reduce of ``op`` with ``identity`` right after a map of ``lift`` then folds each element with
-    ``step`` (one exp per element for log-sum-exp, where the pair combine needs two); the pair combine still
-    merges lanes and programs."""
-    _STEPS[lift, op, identity] = step
+def declare_share(lift: Function, op: Function, identity, share: Function) -> None:
+    """Register one of tricomb's own reduce operators as an online normalizer's pair, which a kernel may fold a
+    whole tile at a time. The burden of proof is the library's: ``op``'s field 0 is the larger of the two field
+    0s; where those are equal, its field 1 is the sum of the two field 1s; and ``share(m, x)`` is field 1 of
+    ``op(m, 0, lift(x)...)`` for ``x <= m`` (what ``x`` adds at the maximum ``m``), NaN exactly when ``x`` or ``m``
+    is. A reduce of ``op`` with ``identity`` right after a map of ``lift`` then takes in each tile in two passes
+    over registers: ``M``, its largest element, then ``S``, the sum of ``share(M, x)`` (``M`` made NaN where
+    ``S`` is); ``(M, S)`` joins the accumulator by ``op``, which still merges programs. One exp per element,
+    where lifting each element and combining pairs costs two (Milakov and Gimelshein, "Online normalizer
+    calculation for softmax", 2018)."""
+    _SHARES[lift, op, identity] = share
 
 
-def declared_step(lift: Function, op: Function, identity) -> Function | None:
-    return _STEPS.get((lift, op, identity))
+def declared_share(lift: Function, op: Function, identity) -> Function | None:
+    return _SHARES.get((lift, op, identity))
 
 
 def _apply(fn: Function, a: list, b: list) -> list[torch.Tensor]:

@@ -14,7 +14,11 @@ has no libdevice, so each such helper also carries a portable formula, chosen wh
 * ``expm1(x) = (u - 1) * x / log(u)`` with ``u = exp(x)``: W. Kahan's trick, in N. J. Higham, *Accuracy and
   Stability of Numerical Algorithms*, 2nd ed., SIAM 2002, section 1.14.1.
 * ``tanh(x) = -expm1(-2|x|) / (expm1(-2|x|) + 2)``, with the sign of ``x``.
-* ``softplus(x) = x if x > 20 else log1p(exp(x))``: torch.nn.functional.softplus with beta=1, threshold=20.
+* ``softplus(x) = x if x > 20 else log1p(exp(x))``: torch.nn.functional.softplus with beta=1, threshold=20;
+  in float32 as ``max(x, 0) + log1p(exp(-|x|))``, which rounds to ``x`` above 20.
+* ``log1p(t)`` for float32 ``t`` in [0, 1] (softplus and logaddexp): ``t * p(t)``, ``p`` of degree 9 interpolating
+  ``log1p(t) / t`` at Chebyshev nodes (``bench/experiments/log1p_fit.py``), within 2 ulp; on the GPU and under
+  the interpreter alike.
 * ``gelu``: Hendrycks and Gimpel, "Gaussian Error Linear Units", arXiv:1606.08415, exact (erf) form and
   tanh approximation, as torch.nn.functional.gelu(approximate="none" | "tanh").
 """
@@ -172,12 +176,34 @@ def tc_tanh(x):
         t = tl.where(x < 0.0, -t, t)
     return t
 ''', ("tc_compiled", "tc_expm1")),
+    "tc_log1p_unit": ('''
+@triton.jit
+def tc_log1p_unit(t):
+    # log1p(t) for float32 t in [0, 1] (and NaN): t * p(t), p the degree-9 Chebyshev interpolant of log1p(t) / t
+    # on [0, 1] with float32 coefficients (bench/experiments/log1p_fit.py), evaluated by Horner's rule; within
+    # 2 ulp of the correctly rounded result over [0, 1]. Ten FMAs where libdevice's log1p reduces the range first.
+    p = -0.003176057 * t + 0.019542526
+    p = p * t - 0.05637361
+    p = p * t + 0.105436236
+    p = p * t - 0.15269667
+    p = p * t + 0.19663274
+    p = p * t - 0.24951616
+    p = p * t + 0.3332971
+    p = p * t - 0.49999893
+    return t * (p * t + 1.0)
+''', ()),
     "tc_softplus": ('''
 @triton.jit
 def tc_softplus(x):
     # torch.nn.functional.softplus(x, beta=1, threshold=20)
-    return tl.where(x > 20.0, x, tc_log1p(tl.exp(x)))
-''', ("tc_log1p",)),
+    if x.dtype == tl.float32:
+        # log1p(exp(x)) = max(x, 0) + log1p(exp(-|x|)), the log1p's argument in (0, 1]; above 20 the second term
+        # is below half an ulp of x, so the sum rounds to x: torch's threshold with no branch
+        r = tl.maximum(x, 0.0) + tc_log1p_unit(tl.exp(-tl.abs(x)))
+    else:
+        r = tl.where(x > 20.0, x, tc_log1p(tl.exp(x)))
+    return r
+''', ("tc_log1p", "tc_log1p_unit")),
     "tc_gelu_tanh": ('''
 @triton.jit
 def tc_gelu_tanh(x):
@@ -227,10 +253,13 @@ def tc_logaddexp(a, b):
     # included) give a + log(2) exactly, and a NaN propagates
     hi = tl.maximum(a, b)
     lo = tl.minimum(a, b)
-    r = hi + tc_log1p(tl.exp(lo - hi))
+    if hi.dtype == tl.float32:
+        r = hi + tc_log1p_unit(tl.exp(lo - hi))  # exp(lo - hi) in [0, 1]
+    else:
+        r = hi + tc_log1p(tl.exp(lo - hi))
     r = tl.where(a == b, a + 0.6931471805599453, r)
     return tl.where((a != a) | (b != b), a + b, r)
-''', ("tc_log1p",)),
+''', ("tc_log1p", "tc_log1p_unit")),
     "tc_nan_to": ('''
 @triton.jit
 def tc_nan_to(x, value):
