@@ -284,22 +284,37 @@ def tc_to_bf16(x):
     "tc_last": ('''
 @triton.jit
 def tc_last(x, N: tl.constexpr):
-    # the last column of a 2-D tile, read with a sum (which Triton's interpreter runs as one numpy call); a float
-    # column is summed as its bits, since a float sum of -0.0 and zeros gives +0.0 (numpy's does)
+    # the last column of a 2-D tile, read with a sum (which Triton's interpreter runs as one numpy call) of that
+    # column and, elsewhere, the sum's exact identity: 0 for integers; -0.0 for floats (-0.0 + v is v for every
+    # v, -0.0 included, where +0.0 would turn a -0.0 into +0.0). numpy's sum starts from +0.0, so under the
+    # interpreter a float column is summed as its bits
     last = (tl.arange(0, N) == N - 1)[None, :]
-    if x.dtype.is_floating():
-        if x.dtype.primitive_bitwidth == 64:
-            bits = tl.reduce(tl.where(last, x.to(tl.int64, bitcast=True), 0), 1, tl.standard._sum_combine)
-            r = bits.to(tl.int64).to(x.dtype, bitcast=True)
-        elif x.dtype.primitive_bitwidth == 32:
-            bits = tl.reduce(tl.where(last, x.to(tl.int32, bitcast=True), 0), 1, tl.standard._sum_combine)
-            r = bits.to(tl.int32).to(x.dtype, bitcast=True)
-        else:
-            bits = tl.reduce(tl.where(last, x.to(tl.int16, bitcast=True), 0), 1, tl.standard._sum_combine)
-            r = bits.to(tl.int16).to(x.dtype, bitcast=True)
-    else:
+    if not x.dtype.is_floating():
         r = tl.reduce(tl.where(last, x, 0), 1, tl.standard._sum_combine)
+    elif TC_COMPILED:
+        r = tl.reduce(tl.where(last, x, tc_negative_zero(x.dtype)), 1, tl.standard._sum_combine)
+    elif x.dtype.primitive_bitwidth == 64:
+        r = tl.reduce(tl.where(last, x.to(tl.int64, bitcast=True), 0), 1, tl.standard._sum_combine)
+        r = r.to(tl.int64).to(x.dtype, bitcast=True)
+    elif x.dtype.primitive_bitwidth == 32:
+        r = tl.reduce(tl.where(last, x.to(tl.int32, bitcast=True), 0), 1, tl.standard._sum_combine)
+        r = r.to(tl.int32).to(x.dtype, bitcast=True)
+    else:
+        r = tl.reduce(tl.where(last, x.to(tl.int16, bitcast=True), 0), 1, tl.standard._sum_combine)
+        r = r.to(tl.int16).to(x.dtype, bitcast=True)
     return r
+''', ("tc_compiled", "tc_negative_zero")),
+    "tc_negative_zero": ('''
+@triton.jit
+def tc_negative_zero(dtype: tl.constexpr):
+    # -0.0 in a float dtype, from its sign bit (a -0.0 literal may be materialised as +0.0)
+    if dtype.primitive_bitwidth == 64:
+        z = tl.full([1], -9223372036854775808, tl.int64).to(dtype, bitcast=True)
+    elif dtype.primitive_bitwidth == 32:
+        z = tl.full([1], -2147483648, tl.int32).to(dtype, bitcast=True)
+    else:
+        z = tl.full([1], -32768, tl.int16).to(dtype, bitcast=True)
+    return z
 ''', ()),
     "tc_max_over": ('''
 @triton.jit
