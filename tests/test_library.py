@@ -103,6 +103,10 @@ def test_logsumexp_folds_whole_tiles_by_its_declared_share_with_the_pair_combine
             torch.testing.assert_close(s, s2, equal_nan=True, rtol=1e-5, atol=0)
     want = torch.logsumexp(x.cpu(), 1)
     torch.testing.assert_close(L.logsumexp(axis=1)(x).cpu(), want, equal_nan=True)
+    columns = x.t()  # the reduced axis strided: tiles of columns
+    for tiles in ({}, {"BLOCK_K": 2, "SPLIT": 2}):
+        with schedule_overrides(**tiles):
+            torch.testing.assert_close(L.logsumexp(axis=0)(columns).cpu(), want, equal_nan=True)
 
 
 def test_every_declared_share_is_its_operators_sum_at_a_maximum():

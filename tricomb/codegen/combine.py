@@ -183,17 +183,15 @@ def _positions(w: Writer, p: KernelPlan) -> Value:
 
 def _scan_program(w: Writer) -> None:
     """Which rows (``pid``) and which part of them (``chunk``; ``k_first`` to ``k_stop``) this program scans: all
-    of K, or with ``LOOKBACK`` one tile, the tiles numbered in the order programs start (a counter in
-    ``state``), so a program only ever waits on programs already running."""
+    of K, or with ``LOOKBACK`` one tile, tiles numbered by program id. A program waits only on lower-numbered
+    ones, which the GPU starts first (blocks start in index order, which CUB's single-pass scan relies on too);
+    Triton's interpreter runs programs one by one in that order. (Numbering tiles by an atomic counter instead
+    made P4 1.2x slower: bench/experiments/persistent_scan.py and bench/NOTES.md.)"""
     with w.block("if LOOKBACK:"):
-        w.line("epoch = tl.load(state + 1, volatile=True)")
-        w.line('tile_id = tl.atomic_add(state, 1, sem="acq_rel")')
-        w.line("last = tile_id == tl.num_programs(0) - 1",
-               comment="every other program has read the epoch: start the next launch's")
-        w.line("tl.atomic_xchg(state, 0, mask=last)")
-        w.line("tl.atomic_xchg(state + 1, epoch + 1, mask=last)")
+        w.line("epoch = tl.load(state + 1, volatile=True)", comment="this launch's; the last program advances it")
         w.line("ready = 2 * epoch + 2", comment="a tile's status word: ready (aggregate out), ready + 1 (prefix out)")
         w.line("SPLIT = (K + BLOCK_K - 1) // BLOCK_K", comment="programs per row tile")
+        w.line("tile_id = tl.program_id(0)")
         w.line("pid = (tile_id // SPLIT).to(tl.int32)")
         w.line("chunk = (tile_id % SPLIT).to(tl.int32)")
     with w.block("else:"):
@@ -209,6 +207,17 @@ def _scan_program(w: Writer) -> None:
     with w.block("else:"):
         w.line("k_first = chunk * 0")
         w.line("k_stop = K")
+
+
+def _end_of_launch(w: Writer) -> None:
+    """With ``LOOKBACK``: each program counts itself finished; the last one (every program has read the epoch by
+    then: each read it before publishing anything) resets the count and advances the epoch for the next launch.
+    (The acquire-release orders this program's epoch read before its count.)"""
+    with w.block("if LOOKBACK:"):
+        w.line('programs_done = tl.atomic_add(state, 1, sem="acq_rel")')
+        w.line("last = programs_done == tl.num_programs(0) - 1")
+        w.line("tl.atomic_xchg(state, 0, mask=last)")
+        w.line("tl.atomic_xchg(state + 1, epoch + 1, mask=last)")
 
 
 def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, then: str | None = None) -> None:
@@ -245,15 +254,18 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
             emit_look_back(w, ctx, p, combine, within)
         w.line(f"{', '.join(scanned)} = {combine}({', '.join(f'{c}[:, None]' for c in carries)}, {', '.join(within)})")
         ctx.use_helpers(["tc_last"])
-        for j, (carry, field) in enumerate(zip(carries, scanned)):
-            w.line(f"{carry} = tc_last({field}, BLOCK_K).to({acc_type(p, j)})",
-                   comment="masked lanes hold the identity: the row's prefix so far" if j == 0 else None)
+        with w.block("if not LOOKBACK:"):
+            w.comment("the row's prefix so far, for the next tile (with LOOKBACK there is none)")
+            for j, (carry, field) in enumerate(zip(carries, scanned)):
+                w.line(f"{carry} = tc_last({field}, BLOCK_K).to({acc_type(p, j)})",
+                       comment="masked lanes hold the identity" if j == 0 else None)
         address = _tile_address(rows, ks, [s for s in p.slots if s.after])
         value = _after_combine(w, ctx, p, scanned, address, "mask", "[BLOCK_M, BLOCK_K]")
         if fused is None:
             store(w, ctx, p, value, address, "mask")
-            return
-        accs = fields("acc", fused.width)
-        w.comment(f"stage {len(fused.before)}: {stage_text(fused.combine)}, in the same loop")
-        _accumulate(w, ctx, fused, accs, value, then)
-    _finish(w, ctx, fused, then, accs, rows, "LOOKBACK", "chunk", "pid")
+        else:
+            w.comment(f"stage {len(fused.before)}: {stage_text(fused.combine)}, in the same loop")
+            _accumulate(w, ctx, fused, fields("acc", fused.width), value, then)
+    if fused is not None:
+        _finish(w, ctx, fused, then, fields("acc", fused.width), rows, "LOOKBACK", "chunk", "pid")
+    _end_of_launch(w)

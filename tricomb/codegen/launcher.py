@@ -53,8 +53,9 @@ def _tuner(space, key):
 
 def _zeroed(device, use, count, dtype=torch.int32):
     """A buffer of at least ``count`` words, zero when first made and kept per device and ``use``: the
-    last-program tickets (each kernel resets its own), the look-back's tile counter and epoch (reset and advanced
-    by each launch's last program), and its status words (which stale launches leave below the epoch's)."""
+    last-program tickets (each kernel resets its own), the look-back's count of finished programs and epoch
+    (reset and advanced by each launch's last program), and its status words (which stale launches leave below
+    the epoch's)."""
     have = _ZEROED.get((device, use))
     if have is None or have.numel() < count:
         have = torch.zeros(max(count, 64), dtype=dtype).to(device)
@@ -63,7 +64,7 @@ def _zeroed(device, use, count, dtype=torch.int32):
 
 
 def _reset_scratch(device):
-    """Zero every persistent scratch buffer of ``device``: tickets, the look-back's counter, epoch and status
+    """Zero every persistent scratch buffer of ``device``: tickets, the look-back's count, epoch and status
     words, as when first made."""
     for (where, _), buffer in _ZEROED.items():
         if where == device:
@@ -318,7 +319,7 @@ def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
         w.comment("one tile per program; per tile a status word and the values it announces (decoupled look-back)")
         w.line("tiles = triton.cdiv(M, cfg['BLOCK_M']) * cfg['BLOCK_M'] * triton.cdiv(K, min(c['BLOCK_K'] for c in space))")
         w.line("flags = _zeroed(in0.device, 'flags', tiles, torch.int64)")
-        w.line("state = _zeroed(in0.device, 'state', 2, torch.int64)", comment="the tile counter and the epoch")
+        w.line("state = _zeroed(in0.device, 'state', 2, torch.int64)", comment="the count of finished programs and the epoch")
         for name, dtype in zip(names, dtypes):
             w.line(f"{name} = torch.empty(tiles, dtype={held_dtype(dtype)}, device=in0.device)")
         if p.then is not None:

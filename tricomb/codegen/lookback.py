@@ -11,7 +11,7 @@ technical report NVR-2016-002). Each tile of a row gets a status word in ``flags
 A tile publishes its aggregate at once, then looks back over a window of ``WINDOW`` predecessors at a time: it
 waits until each has published something, folds in order the newest inclusive prefix and the aggregates after
 it, and stops at that prefix (or at the row's start); then it publishes its own inclusive prefix. A tile waits
-only on tiles numbered before it, which started before it.
+only on tiles numbered before it: lower program ids, which the GPU starts first.
 
 A status word and the value it announces are always read together:
 
