@@ -498,3 +498,13 @@ def test_a_negative_zero_crosses_tile_boundaries(tiles, device):
     assert torch.equal(got.values, x[got.indices]) and torch.equal(got.values.signbit(), x[got.indices].signbit())
     assert prod.signbit().all() and first.signbit().all()
     assert tc.reduce(lambda a, b: a)(torch.tensor([-0.0, 2.0], device=device)).signbit()
+
+
+def test_bfloat16_subnormals_load_and_store_exactly(device):
+    """(third hostile review) under Triton's interpreter, its own bfloat16 <-> float32 conversions garbled values
+    below 1.2e-38: v * 1.0 of 6.06e-39 gave 0.0 and exp(-88) gave 3.7e-40. Loads and stores now shift the bits."""
+    x = torch.tensor([6.06e-39, 1e-39, -2e-39, 9.2e-41, 1.2e-38, -0.0, 3.0]).to(torch.bfloat16).to(device)
+    assert torch.equal(tc.map(lambda v: v * 1.0)(x), x)
+    assert torch.equal(tc.map(tc.exp)(torch.tensor([-88.0, -90.0], device=device).bfloat16()),
+                       torch.exp(torch.tensor([-88.0, -90.0]).bfloat16()).to(device))
+    assert torch.equal(tc.cumsum()(x).float().cpu(), torch.cumsum(x.float().cpu(), 0).bfloat16().float())

@@ -35,7 +35,7 @@ def _before_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask
     return the stream's fields (with a declared share, the stream before the lift, which the fold applies
     itself)."""
     before = [s for s in p.inputs if not s.after]
-    values = emit_loads(w, p, before, _tile_address(rows, ks, before), mask)
+    values = emit_loads(w, ctx, p, before, _tile_address(rows, ks, before), mask)
     if p.share is None:
         return emit_stages(w, ctx, p, p.before, 0, first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
     lift = len(p.before) - 1
@@ -68,7 +68,7 @@ def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, names: list[str
     """Stages after the reduce/scan, on the combined fields ``names``, with the inputs that join there loaded at
     ``address``."""
     after = [s for s in p.inputs if s.after and not s.late]
-    values = emit_loads(w, p, after, address, mask)
+    values = emit_loads(w, ctx, p, after, address, mask)
     b = p.binding
     rank = b.rank - len(b.axes) if p.kind == "reduce" and not p.combine.keepdim else b.rank
     stream = [Value(n, dtype, rank == 0) for n, dtype in zip(names, p.combined_dtypes)]

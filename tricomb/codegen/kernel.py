@@ -11,8 +11,7 @@ from ..lower.bind import input_stages
 from ..lower.fuse import KernelPlan, Slot
 from ..pipeline.ir import Map, Stage, ZipWith
 from ..pipeline.printer import stage_text
-from ..scalar.dtypes import held_dtype
-from .scalar import ScalarContext, Value, emit_function, tl_dtype, to_storage
+from .scalar import ScalarContext, Value, emit_function, from_storage, to_storage
 from .writer import Writer
 
 
@@ -79,16 +78,15 @@ def emit_offsets(w: Writer, index: str, groups: list[int], slots, tag: str,
     return offsets
 
 
-def emit_loads(w: Writer, p: KernelPlan, slots, address: dict[str, str], mask: str) -> dict[str, Value]:
+def emit_loads(w: Writer, ctx: ScalarContext, p: KernelPlan, slots, address: dict[str, str],
+               mask: str) -> dict[str, Value]:
     """Load each slot at its address expression, converted to its compute dtype."""
     values = {}
     ranks = dict(zip((s.name for s in p.inputs), p.binding.ranks))
     for slot in slots:
         var = f"x_{slot.name}"
         load = f"tl.load({slot.name} + {address[slot.name]}, mask={mask}, other=0)"
-        if held_dtype(slot.dtype) != slot.dtype:
-            load += f".to({tl_dtype(held_dtype(slot.dtype))})"
-        w.line(f"{var} = {load}")
+        w.line(f"{var} = {from_storage(ctx, load, slot.dtype)}")
         values[slot.name] = Value(var, slot.dtype, ranks[slot.name] == 0)
     return values
 
@@ -137,7 +135,7 @@ def emit_map_body(w: Writer, ctx: ScalarContext, p: KernelPlan) -> None:
     groups = list(range(len(p.binding.groups)))
     coords: dict[int, str] = {}
     offsets = emit_offsets(w, "idx", groups, p.slots, "o", coords)
-    values = emit_loads(w, p, p.inputs, offsets, "mask")
+    values = emit_loads(w, ctx, p, p.inputs, offsets, "mask")
     result = emit_stages(w, ctx, p, p.before, 0, first_stream(p, values), values, "[BLOCK]")
     store(w, ctx, p, result, offsets, "mask", coords)
 

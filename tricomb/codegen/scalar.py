@@ -106,6 +106,19 @@ def to_storage(ctx: "ScalarContext", text: str, dtype: torch.dtype, source: torc
     return f"{text}.to({tl_dtype(dtype)})"
 
 
+def from_storage(ctx: "ScalarContext", text: str, dtype: torch.dtype) -> str:
+    """The expression ``text``, of storage dtype ``dtype``, in the dtype it is held in (:func:`held_dtype`):
+    bfloat16 through :data:`tc_from_bf16`, exact under Triton's interpreter too (its own conversion garbles
+    subnormals)."""
+    held = held_dtype(dtype)
+    if held == dtype:
+        return text
+    if dtype == torch.bfloat16:
+        ctx.use_helpers(["tc_from_bf16"])
+        return f"tc_from_bf16({text})"
+    return f"{text}.to({tl_dtype(held)})"
+
+
 def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | None) -> str:
     """``value`` converted to torch's dtype ``dtype`` for the op, held in its compute type: a constant as a
     literal, or, with ``fill_shape``, as a tile of that shape (for helpers, which apply tensor methods to their
@@ -122,7 +135,7 @@ def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | 
         return f"tl.full({fill_shape}, {literal}, {tl_dtype(target)})" if fill_shape else literal
     text = value.text
     if dtype in _HALF and value.dtype != dtype:
-        return f"{to_storage(ctx, text, dtype, value.dtype)}.to(tl.float32)"
+        return from_storage(ctx, to_storage(ctx, text, dtype, value.dtype), dtype)
     held = held_dtype(value.dtype)
     if dtype in _WIDER and value.dtype != dtype:
         # to the op's dtype first, wrapping as torch converts (int16 128 -> int8 -128)

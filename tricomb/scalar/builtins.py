@@ -278,7 +278,18 @@ def tc_to_bf16(x):
         bits = x.to(tl.uint32, bitcast=True)
         rounded = bits + 0x7FFF + ((bits >> 16) & 1)
         rounded = tl.where(x != x, bits | 0x400000, rounded)
-        r = ((rounded >> 16) << 16).to(tl.float32, bitcast=True).to(tl.bfloat16)
+        r = (rounded >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)  # (its conversion garbles subnormals)
+    return r
+''', ("tc_compiled",)),
+    "tc_from_bf16": ('''
+@triton.jit
+def tc_from_bf16(x):
+    # bfloat16 -> float32, exact: a bfloat16 is the high half of a float32. Compiled, Triton's conversion; under
+    # Triton's interpreter, whose conversion garbles subnormals (below 1.2e-38), the bits shifted
+    if TC_COMPILED:
+        r = x.to(tl.float32)
+    else:
+        r = (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
     return r
 ''', ("tc_compiled",)),
     "tc_last": ('''
