@@ -23,8 +23,8 @@ from ..pipeline.printer import stage_text as stage_name
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, Stage
 from ..pipeline.operators import declared_share, identities
 from ..pipeline.verify import operator_commutes, operator_identity, operator_spec
-from ..scalar.ir import Function
 from ..scalar.builtins import OpSpec
+from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, Group, combine_stage, input_stages
 from .expand import expand
