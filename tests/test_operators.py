@@ -233,3 +233,12 @@ def test_bitwise_operators_reduce_and_scan_integers_and_bools(dtype, device):
         assert torch.equal(got.cpu(), ((x.cpu() & 6) | (x.cpu() ^ 1)))
     with pytest.raises(tc.StageError, match="takes integers and bools, as torch's, not floats"):
         tc.map(lambda v: v & 1)(torch.ones(3, device=device))
+
+
+def test_laws_are_checked_on_tuples_mixing_bool_and_number_fields():
+    """A field whose identity is a bool is sampled as truth values, the others as numbers, all of one length
+    (a bool beside a number field made the integer sample's fields differ in length: a RuntimeError)."""
+    laws = tc.check_laws(lambda a, b, c, d: (tc.maximum(a, c), b | d), identity=(-2**31, False))
+    assert laws.associative and laws.commutative
+    with pytest.raises(tc.LawError, match="not associative"):
+        tc.check_laws(lambda a, b, c, d: (a - c, b | d), identity=(0, False))

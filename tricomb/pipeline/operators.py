@@ -103,15 +103,15 @@ def _samples(width: int, bools: tuple[bool, ...] = ()) -> list[tuple[list, list,
     scale = torch.tensor([2.0, 30.0, 1000.0], dtype=torch.float64).repeat_interleave(_SAMPLE // 2)
     bools = bools or (False,) * width
 
-    def truth():
-        return torch.rand(scale.numel(), generator=gen) < 0.5
+    def truth(n):
+        return torch.rand(n, generator=gen) < 0.5
 
     def floats():
-        return [truth() if b else (torch.rand(scale.numel(), generator=gen, dtype=torch.float64) * 2 - 1) * scale
-                for b in bools]
+        return [truth(scale.numel()) if b else
+                (torch.rand(scale.numel(), generator=gen, dtype=torch.float64) * 2 - 1) * scale for b in bools]
 
     def ints():
-        return [truth() if b else torch.randint(-5, 6, (_SAMPLE,), generator=gen) for b in bools]
+        return [truth(_SAMPLE) if b else torch.randint(-5, 6, (_SAMPLE,), generator=gen) for b in bools]
 
     return [(floats(), floats(), floats()), (ints(), ints(), ints())]
 
