@@ -57,6 +57,20 @@ def test_a_linear_recurrence_over_one_long_row_matches_a_float64_scan():
     torch.testing.assert_close(h.double().cpu(), ref, rtol=1e-4, atol=1e-4)
 
 
+def test_a_two_field_look_back_never_mixes_one_tiles_aggregate_with_its_prefix():
+    """Each field of a pair travels in a packed word of its own; a reader takes a tile only when both words show
+    the same status. Counting ones and twos over 2^24 elements (exact in float32) shows any mix of a tile's
+    aggregate in one field with its prefix in the other. Repeated launches reuse the status words."""
+    n = 1 << 24
+    counts = tc.map(lambda x: (x * 0.0 + 1.0, x * 0.0 + 2.0)) >> tc.scan(lambda a, b, c, d: (a + c, b + d),
+                                                                            identity=(0.0, 0.0))
+    x = torch.rand(n, device="cuda")
+    want = torch.arange(1, n + 1, device="cuda", dtype=torch.float32)
+    for _ in range(3):
+        ones, twos = counts(x)
+        assert torch.equal(ones, want) and torch.equal(twos, 2 * want)
+
+
 def test_drawdown_of_a_long_series_is_one_kernel_and_exact():
     x = torch.randn(1 << 24, device="cuda").cumsum(0)
     got = tc.parse("scan maximum | zip_with sub | max")(x, x)

@@ -84,9 +84,9 @@ def test_directions_print_and_parse_back():
 
 
 def test_look_back_stays_right_across_launches_and_tile_sizes(device):
-    """The look-back's status words are never cleared: a launch's epoch puts every word left by an earlier launch
-    (of any tile size, so of other tiles' layouts) below its own. Four launches alternate 4- and 8-element tiles,
-    with and without published prefixes, on the same module."""
+    """The look-back's status words are zeroed before every launch, so no word left by an earlier launch (of any
+    tile size, so of other tiles' layouts) is read as this launch's. Four launches alternate 4- and 8-element
+    tiles, with and without published prefixes, on the same module."""
     x = torch.randn(3, 70, device=device)
     pipe = tc.cumsum(axis=1)
     want = torch.cumsum(x.cpu().double(), 1)
@@ -122,6 +122,26 @@ def test_look_back_packs_one_32_bit_field_with_its_status(tiles, device):
         assert_matches_torch(tc.scan(tc.minimum, axis=1), x)
         assert torch.equal(tc.cumsum(axis=1, dtype=torch.int32)(ints).cpu(), torch.cumsum(ints.cpu(), 1, dtype=torch.int32))
         assert torch.equal(tc.scan(tc.logical_or, axis=1)(flags).cpu(), torch.cummax(flags.cpu().int(), 1).values.bool())
+
+
+@pytest.mark.parametrize("tiles", [LOOKBACK_TILES, {**LOOKBACK_TILES, "PUBLISH_PREFIX": False}],
+                         ids=["prefixes", "aggregates-only"])
+def test_look_back_packs_each_32_bit_field_of_a_tuple_in_a_word_of_its_own(tiles, device):
+    """A scan of (int32 running max, float32 sum, bool or) triples publishes three packed words per tile, each
+    with its own copy of the status; a float64 field cannot be packed and travels beside one status word. Each
+    field matches torch's scan of it alone."""
+    x = torch.randint(-1000, 1000, (3, 41), dtype=torch.int32, device=device)
+    f = torch.randn(3, 41, device=device)
+    triples = tc.zip_with(lambda v, w: (v, w, v > 500)) >> tc.scan(
+        lambda a, b, c, d, e, g: (tc.maximum(a, d), b + e, c | g), identity=(-2**31, 0.0, False), axis=1)
+    assert "flags + slot * 3 + 2" in triples.source(x, f)
+    with schedule_overrides(**tiles):
+        running, sums, seen = triples(x, f)
+        wide = tc.cumsum(axis=1)(f.double())
+    assert torch.equal(running.cpu(), torch.cummax(x.cpu(), 1).values)
+    torch.testing.assert_close(sums.cpu(), torch.cumsum(f.cpu(), 1), rtol=1e-5, atol=1e-5)
+    assert torch.equal(seen.cpu(), torch.cummax((x.cpu() > 500).int(), 1).values.bool())
+    torch.testing.assert_close(wide.cpu(), torch.cumsum(f.cpu().double(), 1), rtol=1e-12, atol=1e-12)
 
 
 def test_look_back_is_not_used_when_a_row_fits_one_tile(device):

@@ -188,8 +188,6 @@ def _scan_program(w: Writer) -> None:
     Triton's interpreter runs programs one by one in that order. (Tiles numbered by an atomic counter, taken
     before the tile's load, made P4 0.851 ms against 0.816 ms so: bench/NOTES.md.)"""
     with w.block("if LOOKBACK:"):
-        w.line("epoch = tl.load(state + 1, volatile=True)", comment="this launch's; the last program advances it")
-        w.line("ready = 2 * epoch + 2", comment="a tile's status word: ready (aggregate out), ready + 1 (prefix out)")
         w.line("SPLIT = (K + BLOCK_K - 1) // BLOCK_K", comment="programs per row tile")
         w.line("tile_id = tl.program_id(0)")
         w.line("pid = (tile_id // SPLIT).to(tl.int32)")
@@ -207,17 +205,6 @@ def _scan_program(w: Writer) -> None:
     with w.block("else:"):
         w.line("k_first = chunk * 0")
         w.line("k_stop = K")
-
-
-def _end_of_launch(w: Writer) -> None:
-    """With ``LOOKBACK``: each program counts itself finished; the last one (every program has read the epoch by
-    then: each read it before publishing anything) resets the count and advances the epoch for the next launch.
-    (The acquire-release orders this program's epoch read before its count.)"""
-    with w.block("if LOOKBACK:"):
-        w.line('programs_done = tl.atomic_add(state, 1, sem="acq_rel")')
-        w.line("last = programs_done == tl.num_programs(0) - 1")
-        w.line("tl.atomic_xchg(state, 0, mask=last)")
-        w.line("tl.atomic_xchg(state + 1, epoch + 1, mask=last)")
 
 
 def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, then: str | None = None) -> None:
@@ -268,4 +255,3 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
             _accumulate(w, ctx, fused, fields("acc", fused.width), value, then)
     if fused is not None:
         _finish(w, ctx, fused, then, fields("acc", fused.width), rows, "LOOKBACK", "chunk", "pid")
-    _end_of_launch(w)

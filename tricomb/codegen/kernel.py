@@ -35,7 +35,7 @@ def kernel_parameters(p: KernelPlan) -> list[str]:
         scratch = ["partials", "partial_index"] if p.index else fields("partials", p.width)
         params = params[:len(p.slots)] + scratch + ["tickets"] + params[len(p.slots):] + ["SPLIT"]
     if p.kind == "scan":
-        params += ["flags", "state"] + fields("aggregates", p.width) + fields("prefixes", p.width)
+        params += ["flags"] + fields("aggregates", p.width) + fields("prefixes", p.width)
         params += (fields("partials", p.reduce_view().width) + ["tickets"]) if p.then is not None else []
     params += [group_size(g) for g in groups]
     params += [group_stride(s, g) for s in p.slots for g in groups]

@@ -10,6 +10,7 @@ from ..lower.fuse import KernelPlan
 from ..pipeline.ir import Reduce
 from ..scalar.dtypes import held_dtype
 from .kernel import fields, group_size, group_stride, kernel_parameters
+from .lookback import packs, status_words
 from .writer import Writer
 
 RUNTIME_HELPERS = '''
@@ -39,23 +40,24 @@ def _bench_config(fn, quantiles):
     return triton.testing.do_bench(fn, quantiles=quantiles)
 
 
-def _tuner(space, key):
+def _tuner(space, key, clear):
     """Triton's autotuner over ``space`` (dicts of meta-parameters and ``num_warps``), keyed on the sizes ``key``;
-    its choice is cached on disk (``cache_results``), so a second process does not tune again."""
-    name = tuple(tuple(sorted(c.items())) for c in space)
+    its choice is cached on disk (``cache_results``), so a second process does not tune again. With ``clear``
+    (the look-back's status words) it zeroes ``flags`` before each timed launch."""
+    reset = ["flags"] if clear else None
+    name = (tuple(tuple(sorted(c.items())) for c in space), bool(clear))
     if name not in _TUNERS:
         configs = [triton.Config({k: v for k, v in c.items() if k != "num_warps"}, num_warps=c["num_warps"])
                    for c in space]
         _TUNERS[name] = triton.autotune(configs=configs, key=key, cache_results=True, do_bench=_bench_config,
+                                        reset_to_zero=reset,
                                         prune_configs_by={"early_config_prune": _start_tuning})(kernel)
     return _TUNERS[name]
 
 
 def _zeroed(device, use, count, dtype=torch.int32):
     """A buffer of at least ``count`` words, zero when first made and kept per device and ``use``: the
-    last-program tickets (each kernel resets its own), the look-back's count of finished programs and epoch
-    (reset and advanced by each launch's last program), and its status words (which stale launches leave below
-    the epoch's)."""
+    last-program tickets (the last program of each row tile resets its own)."""
     have = _ZEROED.get((device, use))
     if have is None or have.numel() < count:
         have = torch.zeros(max(count, 64), dtype=dtype).to(device)
@@ -64,8 +66,7 @@ def _zeroed(device, use, count, dtype=torch.int32):
 
 
 def _reset_scratch(device):
-    """Zero every persistent scratch buffer of ``device``: tickets, the look-back's count, epoch and status
-    words, as when first made."""
+    """Zero every persistent scratch buffer of ``device`` (the tickets), as when first made."""
     for (where, _), buffer in _ZEROED.items():
         if where == device:
             buffer.zero_()
@@ -83,10 +84,12 @@ class _Launcher:
     kernel; later calls on the GPU hand the same arguments to that kernel's launcher directly, as Triton's own
     ``run`` does after its cache lookup (arguments whose types and values cannot have changed are not bound
     again). A launch hook (a profiler) or another current device takes Triton's path. ``adopt`` gives it a
-    compiled kernel before its first call (tricomb's runtime keeps them across processes)."""
+    compiled kernel before its first call (tricomb's runtime keeps them across processes). The buffers in
+    ``clear`` (the look-back's status words) are zeroed on the launch's stream before every launch."""
 
-    def __init__(self, fn, grid, rest, meta, device):
+    def __init__(self, fn, grid, rest, meta, device, clear=()):
         self.fn, self.grid, self.rest, self.meta, self.device = fn, grid, rest, meta, device
+        self.clear = clear
         self.compiled = self.chosen = None
 
     def __call__(self, *slots):
@@ -97,6 +100,8 @@ class _Launcher:
             raise
 
     def _launch(self, slots):
+        for buffer in self.clear:
+            buffer.zero_()
         compiled = self.compiled
         if compiled is not None and _no_hooks() and torch.cuda.current_device() == self.device.index:
             stream = triton.runtime.driver.active.get_current_stream(self.device.index)
@@ -306,27 +311,29 @@ _TUNED = {"map": "BLOCK", "reduce": "BLOCK_K", "scan": "BLOCK_K"}  # the tile en
 
 
 def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
-    """A scan's scratch: with ``LOOKBACK``, per tile its status word, aggregate and inclusive prefix (and the
-    partials and tickets of a reduce fused after the scan), for the smallest tile the autotuner may choose;
-    unused otherwise."""
-    names = fields("aggregates", p.width) + fields("prefixes", p.width)
-    dtypes = p.acc_dtypes * 2
-    if p.then is not None:
-        view = p.reduce_view()
-        names += fields("partials", view.width)
-        dtypes += view.acc_dtypes
+    """A scan's scratch: with ``LOOKBACK``, per tile its status words and, unless packed with them, the aggregate
+    and inclusive prefix they announce (and the partials and tickets of a reduce fused after the scan), for the
+    smallest tile the autotuner may choose; unused otherwise."""
+    announced = fields("aggregates", p.width) + fields("prefixes", p.width)
+    fused = fields("partials", p.reduce_view().width) + ["tickets"] if p.then is not None else []
     with w.block("if cfg['LOOKBACK']:"):
-        w.comment("one tile per program; per tile a status word and the values it announces (decoupled look-back)")
+        w.comment("one tile per program; per tile its status words and the values they announce (decoupled look-back)")
         w.line("tiles = triton.cdiv(M, cfg['BLOCK_M']) * cfg['BLOCK_M'] * triton.cdiv(K, min(c['BLOCK_K'] for c in space))")
-        w.line("flags = _zeroed(in0.device, 'flags', tiles, torch.int64)")
-        w.line("state = _zeroed(in0.device, 'state', 2, torch.int64)", comment="the count of finished programs and the epoch")
-        for name, dtype in zip(names, dtypes):
-            w.line(f"{name} = torch.empty(tiles, dtype={held_dtype(dtype)}, device=in0.device)")
+        words = f"tiles * {status_words(p)}" if status_words(p) > 1 else "tiles"
+        w.line(f"flags = torch.empty({words}, dtype=torch.int64, device=in0.device)")
+        w.line("clear = (flags,)", comment="status words, zeroed before each launch")
+        if packs(p):
+            w.line(f"{' = '.join(announced)} = flags", comment="unused: each value travels in its status word")
+        else:
+            for name, dtype in zip(announced, p.acc_dtypes * 2):
+                w.line(f"{name} = torch.empty(tiles, dtype={held_dtype(dtype)}, device=in0.device)")
         if p.then is not None:
+            for name, dtype in zip(fused, p.reduce_view().acc_dtypes):
+                w.line(f"{name} = torch.empty(tiles, dtype={held_dtype(dtype)}, device=in0.device)")
             w.line("tickets = _zeroed(in0.device, 'tickets', triton.cdiv(M, cfg['BLOCK_M']))")
     with w.block("else:"):
-        unused = ["flags", "state"] + names + (["tickets"] if p.then is not None else [])
-        w.line(f"{' = '.join(unused)} = {p.outputs[0].name}", comment="unused without LOOKBACK")
+        w.line("clear = ()")
+        w.line(f"{' = '.join(['flags'] + announced + fused)} = {p.outputs[0].name}", comment="unused without LOOKBACK")
 
 
 def _emit_reduce_scratch(w: Writer, p: KernelPlan) -> None:
@@ -382,6 +389,8 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
         values.update({"SPLIT": "split", "TICKET: tl.constexpr": "split > 1"})
     if p.kind == "scan":
         _emit_look_back_scratch(w, p)
+    else:
+        w.line("clear = ()", comment="no buffer to zero before a launch")
     positional = [values[a] for a in args if "constexpr" not in a]
     fixed = [f"{a.split(':')[0]}={values[a]}" for a in args if "constexpr" in a and not a.startswith(tuned + ":")]
     w.line(f"grid = {_grid(p)}")
@@ -390,5 +399,5 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     with w.block("if not tune:"):
         w.line(f"meta.update({tuned}=cfg[{tuned!r}], num_warps=cfg['num_warps'])")
     key = ["numel"] if p.kind == "map" else ["M", "K"]
-    w.line(f"start = _Launcher(_tuner(space, {key!r}) if tune else {kernel}, grid, rest, meta, device)",
+    w.line(f"start = _Launcher(_tuner(space, {key!r}, clear) if tune else {kernel}, grid, rest, meta, device, clear)",
            comment="tuned: Triton's autotuner, its choice cached on disk")

@@ -1,12 +1,13 @@
 """Emitting the decoupled look-back: how a scan's tile finds the prefix of every tile before it in one pass.
 
 The algorithm is Merrill and Garland's, "Single-pass Parallel Prefix Scan with Decoupled Look-back" (NVIDIA
-technical report NVR-2016-002). Each tile of a row gets a status word in ``flags``:
+technical report NVR-2016-002). Each tile of a row gets a status word in ``flags``, which the launcher zeroes
+before every launch (as CUB's scan initializes its tile states; a CUDA graph captures the memset with the
+kernel):
 
-* below ``ready``: nothing published yet in this launch (words from earlier launches are smaller, because
-  ``ready`` grows with the launch's epoch, so the flags are never cleared between launches);
-* ``ready``: the tile's aggregate (its own elements folded) is in ``aggregates``;
-* ``ready + 1``: the tile's inclusive prefix (every element up to its end) is in ``prefixes``.
+* 0 (``EMPTY``): nothing published yet;
+* 1 (``AGGREGATE``): the tile's aggregate (its own elements folded) is out;
+* 2 (``PREFIX``): the tile's inclusive prefix (every element up to its end) is out.
 
 A tile publishes its aggregate at once, then looks back over a window of ``WINDOW`` predecessors at a time: it
 waits until each has published something, folds in order the newest inclusive prefix and the aggregates after
@@ -15,10 +16,14 @@ only on tiles numbered before it: lower program ids, which the GPU starts first.
 
 A status word and the value it announces are always read together:
 
-* one field of 32 bits or fewer (a float32 or int32 sum, say) is packed with its status into one 64-bit word,
-  written and read in one access (the status in the high half, the value's bits in the low half);
-* wider or several fields are written to ``aggregates``/``prefixes`` before their status word (a CTA barrier,
-  then a release) and read after it (an acquire, then a barrier), and are never overwritten within a launch.
+* when every field has 32 bits or fewer (a float32 sum; a linear recurrence's float32 pairs), each field is
+  packed with a copy of the status into a 64-bit word of its own, written and read in one access (the status
+  in the high half, the value's bits in the low half). A reader takes a tile's fields only when all their
+  statuses agree; while they differ (the words are written one by one) the tile counts as empty, and the
+  reader reads again. No fence is needed;
+* otherwise (a 64-bit field) the values are written to ``aggregates``/``prefixes`` before the one status word
+  (a CTA barrier, then a release) and read after it (an acquire, then a barrier), and are never overwritten
+  within a launch.
 """
 from __future__ import annotations
 
@@ -33,34 +38,47 @@ from .writer import Writer
 
 
 _LOW = "0xFFFFFFFF"
+EMPTY, AGGREGATE, PREFIX = 0, 1, 2  # a tile's status word
 
 
 def packs(p: KernelPlan) -> bool:
-    """Whether the scan's accumulator is one field of 32 bits or fewer, packed with its status in one word."""
-    return p.width == 1 and held_dtype(p.acc_dtype) in (torch.float32, torch.int32, torch.bool)
+    """Whether every field of the scan's accumulator has 32 bits or fewer, so each is packed with a copy of the
+    tile's status in a 64-bit word of its own."""
+    return all(held_dtype(d) in (torch.float32, torch.int32, torch.bool) for d in p.acc_dtypes)
 
 
-def _bits(p: KernelPlan, value: str) -> str:
-    """The 64-bit word holding ``value``'s 32 bits in its low half."""
-    dtype = held_dtype(p.acc_dtype)
+def status_words(p: KernelPlan) -> int:
+    """Words in ``flags`` per tile: one per field when packed, else one status word."""
+    return p.width if packs(p) else 1
+
+
+def _bits(p: KernelPlan, j: int, value: str) -> str:
+    """The 64-bit word holding the 32 bits of ``value`` (field ``j``) in its low half."""
+    dtype = held_dtype(p.acc_dtypes[j])
     bits = {torch.float32: f"{value}.to(tl.int32, bitcast=True)", torch.int32: value,
             torch.bool: f"{value}.to(tl.int32)"}[dtype]
     return f"({bits}.to(tl.int64) & {_LOW})"
 
 
-def _unbits(p: KernelPlan, word: str) -> str:
-    """The value whose bits are the low half of ``word``."""
+def _unbits(p: KernelPlan, j: int, word: str) -> str:
+    """Field ``j``'s value whose bits are the low half of ``word``."""
     bits = f"({word} & {_LOW}).to(tl.int32)"
-    dtype = held_dtype(p.acc_dtype)
+    dtype = held_dtype(p.acc_dtypes[j])
     return {torch.float32: f"{bits}.to(tl.float32, bitcast=True)", torch.int32: bits,
             torch.bool: f"({bits} != 0)"}[dtype]
 
 
-def _publish(w: Writer, p: KernelPlan, buffers: list[str], values: list[str], status: str) -> None:
+def _word(p: KernelPlan, tile: str, j: int) -> str:
+    """The address of field ``j``'s packed word of ``tile``."""
+    return f"flags + {tile}" if p.width == 1 else f"flags + {tile} * {p.width} + {j}"
+
+
+def _publish(w: Writer, p: KernelPlan, buffers: list[str], values: list[str], status: int) -> None:
     """Publish this tile's ``values`` (one per field) at ``slot`` with its status word."""
     if packs(p):
-        w.line(f'tl.atomic_xchg(flags + slot, ({status}) << 32 | {_bits(p, values[0])}, mask=row_mask, '
-               'sem="relaxed")', comment="the status and the value in one word")
+        for j, value in enumerate(values):
+            w.line(f'tl.atomic_xchg({_word(p, "slot", j)}, {status << 32} | {_bits(p, j, value)}, mask=row_mask, '
+                   'sem="relaxed")', comment=f"status {status} in the high half, the value in the low half")
         return
     for buffer, value in zip(buffers, values):
         w.line(f"tl.store({buffer} + slot, {value}, mask=row_mask)")
@@ -68,15 +86,27 @@ def _publish(w: Writer, p: KernelPlan, buffers: list[str], values: list[str], st
     w.line(f'tl.atomic_xchg(flags + slot, {status}, mask=row_mask, sem="release")')
 
 
+def _packed_reads(p: KernelPlan) -> list[str]:
+    """Read the window's packed words (``words`` per field) and their ``status``; a tile whose fields show
+    different statuses (its words are being published, one by one) counts as empty until they agree."""
+    words = fields("words", p.width)
+    reads = [f"{word} = tl.load({_word(p, 'peers', j)}, mask=live, other=0, volatile=True)"
+             for j, word in enumerate(words)]
+    status = f"{words[0]} >> 32"
+    agree = " & ".join(f"(({word} >> 32) == ({status}))" for word in words[1:])
+    if agree:
+        status = f"tl.where({agree}, {status}, {EMPTY})"
+    return reads + [f"status = tl.where(live, {status}, {AGGREGATE})"]
+
+
 def _wait_for_window(w: Writer, p: KernelPlan) -> None:
     """``status``: the status words of the window's predecessors, once every one of them has published (and
     ``words``, which hold their values too, when packed)."""
     if packs(p):
-        reads = ["words = tl.load(flags + peers, mask=live, other=0, volatile=True)",
-                 "status = tl.where(live, words >> 32, ready)"]
+        reads = _packed_reads(p)
     else:
-        reads = ['status = tl.where(live, tl.atomic_add(flags + peers, 0, mask=live, sem="acquire"), ready)']
-    reads.append("waiting = tl.reduce(status, None, tl.standard._elementwise_min) < ready")
+        reads = [f'status = tl.where(live, tl.atomic_add(flags + peers, 0, mask=live, sem="acquire"), {AGGREGATE})']
+    reads.append(f"waiting = tl.reduce(status, None, tl.standard._elementwise_min) == {EMPTY}")
     w.lines(reads)
     with w.block("while waiting:"):
         w.comment("a predecessor has published nothing yet: it is running (it started first); read again")
@@ -87,10 +117,11 @@ def _wait_for_window(w: Writer, p: KernelPlan) -> None:
 
 def _window_parts(w: Writer, p: KernelPlan) -> list[str]:
     """Per field, the window's values: the newest prefix, the aggregates after it, the identity elsewhere."""
-    if packs(p):
-        w.line(f"part = tl.where(from_prefix | from_aggregate, {_unbits(p, 'words')}, {identity_text(p)})")
-        return ["part"]
     parts = fields("part", p.width)
+    if packs(p):
+        for j, (part, word) in enumerate(zip(parts, fields("words", p.width))):
+            w.line(f"{part} = tl.where(from_prefix | from_aggregate, {_unbits(p, j, word)}, {identity_text(p, j)})")
+        return parts
     for j, (part, aggregates, prefixes) in enumerate(zip(parts, fields("aggregates", p.width),
                                                           fields("prefixes", p.width))):
         identity = identity_text(p, j)
@@ -102,7 +133,7 @@ def _window_parts(w: Writer, p: KernelPlan) -> list[str]:
 
 def _window_fold(w: Writer, p: KernelPlan, combine: str) -> list[str]:
     """Each row's fold, in order, of the newest inclusive prefix in the window and the aggregates after it."""
-    w.line("newest = tl.reduce(tl.where(status == ready + 1, behind[None, :], -1), 1, tl.standard._elementwise_max)",
+    w.line(f"newest = tl.reduce(tl.where(status == {PREFIX}, behind[None, :], -1), 1, tl.standard._elementwise_max)",
            comment="per row: the newest predecessor whose prefix is out (-1: none in the window)")
     w.line("from_prefix = live & (behind[None, :] == newest[:, None])")
     w.line("from_aggregate = live & (behind[None, :] > newest[:, None])")
@@ -124,7 +155,7 @@ def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, w
     w.line("slot = rows * SPLIT + chunk")
     for j, (aggregate, scanned) in enumerate(zip(aggregates, within)):
         w.line(f"{aggregate} = tc_last({scanned}, BLOCK_K).to({acc_type(p, j)})")
-    _publish(w, p, fields("aggregates", p.width), aggregates, "ready")
+    _publish(w, p, fields("aggregates", p.width), aggregates, AGGREGATE)
     w.line("done = (rows >= M) | (chunk == 0)")
     w.line("look = chunk - 1", comment="the newest predecessor not yet folded")
     with w.block("while look >= 0:"):
@@ -141,4 +172,4 @@ def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, w
     with w.block("if PUBLISH_PREFIX:"):
         inclusive = fields("inclusive", p.width)
         w.line(f"{', '.join(inclusive)} = {combine}({', '.join(carries + aggregates)})")
-        _publish(w, p, fields("prefixes", p.width), inclusive, "ready + 1")
+        _publish(w, p, fields("prefixes", p.width), inclusive, PREFIX)
