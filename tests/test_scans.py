@@ -84,9 +84,10 @@ def test_directions_print_and_parse_back():
 
 
 def test_look_back_stays_right_across_launches_and_tile_sizes(device):
-    """The look-back's status words are zeroed before every launch, so no word left by an earlier launch (of any
-    tile size, so of other tiles' layouts) is read as this launch's. Four launches alternate 4- and 8-element
-    tiles, with and without published prefixes, on the same module."""
+    """The look-back's status words are never cleared between launches: each launch publishes a larger status
+    than the last, so every word left by an earlier launch (of any tile size, so of other tiles' layouts) reads
+    as not yet published. Four launches alternate 4- and 8-element tiles, with and without published prefixes,
+    on the same module."""
     x = torch.randn(3, 70, device=device)
     pipe = tc.cumsum(axis=1)
     want = torch.cumsum(x.cpu().double(), 1)
@@ -95,6 +96,24 @@ def test_look_back_stays_right_across_launches_and_tile_sizes(device):
             got = pipe(x)
         assert launches.triton == 1
         torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_look_back_status_words_are_zeroed_when_the_epoch_wraps(monkeypatch):
+    """After ``_Epochs.LAST`` launches the status value would leave its 31 bits; the launcher then zeroes the
+    words and starts again from the smallest value. Forced here after 3 launches: every launch stays right."""
+    from tricomb.runtime import launch
+    x = torch.randn(2, 37)
+    pipe = tc.cumsum(axis=1)
+    module = launch.compile_for(pipe.ir, pipe._cache, (x,))[0].module
+    monkeypatch.setattr(module._Epochs, "LAST", 3)
+    run = module.prepare(x, **LOOKBACK_TILES)
+    epochs = run.launcher.epochs  # shared by the look-back scans on this device: other tests counted on
+    epochs.epoch = 2
+    seen = []
+    for _ in range(7):
+        torch.testing.assert_close(run(x), torch.cumsum(x, 1), rtol=1e-5, atol=1e-5)
+        seen.append(epochs.epoch)
+    assert seen == [1, 2, 1, 2, 1, 2, 1]  # 3 is LAST: the words are zeroed and the count starts at 1
 
 
 def test_look_back_over_several_rows_per_program(device):

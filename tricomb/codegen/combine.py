@@ -15,7 +15,7 @@ from ..pipeline.printer import stage_text
 from .fold import (NO_INDEX, acc_type, emit_last_program, fold_in_order, identity_text, masked_fields, packed,
                    reduce_tile, tile_scan, to_accumulator)
 from .kernel import emit_loads, emit_offsets, emit_stages, fields, first_stream, program_ids, store
-from .lookback import emit_look_back
+from .lookback import emit_look_back, emit_publish_aggregate
 from .scalar import ScalarContext, Value, emit_function
 from .writer import Writer
 
@@ -236,9 +236,11 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
             values = values + [_positions(w, p)]
         for tile, masked in zip(tiles, masked_fields(ctx, p, values, read_mask)):
             w.line(f"{tile} = {masked}")
+        with w.block("if LOOKBACK:"):
+            emit_publish_aggregate(w, ctx, p, combine, tiles)
         w.line(f"{', '.join(within)} = {tile_scan(p, packed(tiles), 1, combine)}", comment="the scan within the tile")
         with w.block("if LOOKBACK:"):
-            emit_look_back(w, ctx, p, combine, within)
+            emit_look_back(w, ctx, p, combine)
         w.line(f"{', '.join(scanned)} = {combine}({', '.join(f'{c}[:, None]' for c in carries)}, {', '.join(within)})")
         ctx.use_helpers(["tc_last"])
         with w.block("if not LOOKBACK:"):

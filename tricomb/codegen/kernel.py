@@ -35,6 +35,7 @@ def kernel_parameters(p: KernelPlan) -> list[str]:
         scratch = ["partials", "partial_index"] if p.index else fields("partials", p.width)
         params = params[:len(p.slots)] + scratch + ["tickets"] + params[len(p.slots):] + ["SPLIT"]
     if p.kind == "scan":
+        params = params[:len(p.slots)] + ["ready"] + params[len(p.slots):]
         params += ["flags"] + fields("aggregates", p.width) + fields("prefixes", p.width)
         params += (fields("partials", p.reduce_view().width) + ["tickets"]) if p.then is not None else []
     params += [group_size(g) for g in groups]

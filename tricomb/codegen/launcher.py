@@ -15,6 +15,7 @@ from .writer import Writer
 
 RUNTIME_HELPERS = '''
 _ZEROED = {}
+_EPOCHS = {}
 _NUM_SMS = {}
 _TUNERS = {}
 TUNING = {"done": 0, "total": 0, "reporters": []}  # reporters(configs timed, configs): tricomb's progress bar
@@ -40,12 +41,13 @@ def _bench_config(fn, quantiles):
     return triton.testing.do_bench(fn, quantiles=quantiles)
 
 
-def _tuner(space, key, clear):
+def _tuner(space, key, epochs):
     """Triton's autotuner over ``space`` (dicts of meta-parameters and ``num_warps``), keyed on the sizes ``key``;
-    its choice is cached on disk (``cache_results``), so a second process does not tune again. With ``clear``
-    (the look-back's status words) it zeroes ``flags`` before each timed launch."""
-    reset = ["flags"] if clear else None
-    name = (tuple(tuple(sorted(c.items())) for c in space), bool(clear))
+    its choice is cached on disk (``cache_results``), so a second process does not tune again. For a look-back
+    scan (``epochs`` with status words) it zeroes ``flags`` before each timed launch, which all share one epoch."""
+    look_back = epochs is not None and epochs.flags is not None
+    reset = ["flags"] if look_back else None
+    name = (tuple(tuple(sorted(c.items())) for c in space), look_back)
     if name not in _TUNERS:
         configs = [triton.Config({k: v for k, v in c.items() if k != "num_warps"}, num_warps=c["num_warps"])
                    for c in space]
@@ -62,6 +64,44 @@ def _zeroed(device, use, count, dtype=torch.int32):
     if have is None or have.numel() < count:
         have = torch.zeros(max(count, 64), dtype=dtype).to(device)
         _ZEROED[(device, use)] = have
+    return have
+
+
+class _Epochs:
+    """The status value each launch of one look-back scan publishes (``ready``; ``ready + 1`` for a prefix), so
+    that status words left by earlier launches read as empty without being cleared. Launch n passes
+    ``2 * n + 2``: every word of an earlier launch holds less. Two cases zero the words first (one memset):
+
+    * a launch captured into a CUDA graph, which replays with the value captured: it takes ``CAPTURED`` (2),
+      below every direct launch's value (4 and up), and its memset replays with it;
+    * the epoch reaching ``LAST``, where the value would leave the status's 31 bits: it starts again at 1.
+
+    ``flags`` is None for a scan without the look-back: its kernel ignores the value."""
+    CAPTURED, LAST = 2, 2**29
+
+    def __init__(self, flags):
+        self.flags, self.epoch = flags, 0
+
+    def next(self) -> int:
+        if self.flags is None:
+            return 0
+        if self.flags.is_cuda and torch.cuda.is_current_stream_capturing():
+            self.flags.zero_()
+            return self.CAPTURED
+        self.epoch += 1
+        if self.epoch == self.LAST:
+            self.flags.zero_()
+            self.epoch = 1
+        return 2 * self.epoch + 2
+
+
+def _look_back_epochs(device, count):
+    """The status words (at least ``count``) shared by the look-back scans on ``device``, with their epochs. A
+    larger need replaces them with new zeroed words and epochs; launches prepared before keep the old pair."""
+    have = _EPOCHS.get(device)
+    if have is None or have.flags.numel() < count:
+        have = _Epochs(torch.zeros(max(count, 64), dtype=torch.int64).to(device))
+        _EPOCHS[device] = have
     return have
 
 
@@ -84,12 +124,12 @@ class _Launcher:
     kernel; later calls on the GPU hand the same arguments to that kernel's launcher directly, as Triton's own
     ``run`` does after its cache lookup (arguments whose types and values cannot have changed are not bound
     again). A launch hook (a profiler) or another current device takes Triton's path. ``adopt`` gives it a
-    compiled kernel before its first call (tricomb's runtime keeps them across processes). The buffers in
-    ``clear`` (the look-back's status words) are zeroed on the launch's stream before every launch."""
+    compiled kernel before its first call (tricomb's runtime keeps them across processes). A scan's kernel
+    takes one more argument after the slots: its look-back's status value, from ``epochs``."""
 
-    def __init__(self, fn, grid, rest, meta, device, clear=()):
+    def __init__(self, fn, grid, rest, meta, device, epochs=None):
         self.fn, self.grid, self.rest, self.meta, self.device = fn, grid, rest, meta, device
-        self.clear = clear
+        self.epochs = epochs
         self.compiled = self.chosen = None
 
     def __call__(self, *slots):
@@ -100,8 +140,8 @@ class _Launcher:
             raise
 
     def _launch(self, slots):
-        for buffer in self.clear:
-            buffer.zero_()
+        if self.epochs is not None:
+            slots = slots + (self.epochs.next(),)
         compiled = self.compiled
         if compiled is not None and _no_hooks() and torch.cuda.current_device() == self.device.index:
             stream = triton.runtime.driver.active.get_current_stream(self.device.index)
@@ -320,8 +360,8 @@ def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
         w.comment("one tile per program; per tile its status words and the values they announce (decoupled look-back)")
         w.line("tiles = triton.cdiv(M, cfg['BLOCK_M']) * cfg['BLOCK_M'] * triton.cdiv(K, min(c['BLOCK_K'] for c in space))")
         words = f"tiles * {status_words(p)}" if status_words(p) > 1 else "tiles"
-        w.line(f"flags = torch.empty({words}, dtype=torch.int64, device=in0.device)")
-        w.line("clear = (flags,)", comment="status words, zeroed before each launch")
+        w.line(f"epochs = _look_back_epochs(in0.device, {words})", comment="status words, and which are this launch's")
+        w.line("flags = epochs.flags")
         if packs(p):
             w.line(f"{' = '.join(announced)} = flags", comment="unused: each value travels in its status word")
         else:
@@ -332,7 +372,7 @@ def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
                 w.line(f"{name} = torch.empty(tiles, dtype={held_dtype(dtype)}, device=in0.device)")
             w.line("tickets = _zeroed(in0.device, 'tickets', triton.cdiv(M, cfg['BLOCK_M']))")
     with w.block("else:"):
-        w.line("clear = ()")
+        w.line("epochs = _Epochs(None)")
         w.line(f"{' = '.join(['flags'] + announced + fused)} = {p.outputs[0].name}", comment="unused without LOOKBACK")
 
 
@@ -390,14 +430,15 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     if p.kind == "scan":
         _emit_look_back_scratch(w, p)
     else:
-        w.line("clear = ()", comment="no buffer to zero before a launch")
+        w.line("epochs = None")
     positional = [values[a] for a in args if "constexpr" not in a]
     fixed = [f"{a.split(':')[0]}={values[a]}" for a in args if "constexpr" in a and not a.startswith(tuned + ":")]
     w.line(f"grid = {_grid(p)}")
-    w.line(f"rest = ({''.join(a + ', ' for a in positional[len(p.slots):])})")
+    after_slots = len(p.slots) + (p.kind == "scan")  # a scan's ``ready`` comes from ``epochs`` at each launch
+    w.line(f"rest = ({''.join(a + ', ' for a in positional[after_slots:])})")
     w.line(f"meta = dict({', '.join(fixed)})")
     with w.block("if not tune:"):
         w.line(f"meta.update({tuned}=cfg[{tuned!r}], num_warps=cfg['num_warps'])")
     key = ["numel"] if p.kind == "map" else ["M", "K"]
-    w.line(f"start = _Launcher(_tuner(space, {key!r}, clear) if tune else {kernel}, grid, rest, meta, device, clear)",
+    w.line(f"start = _Launcher(_tuner(space, {key!r}, epochs) if tune else {kernel}, grid, rest, meta, device, epochs)",
            comment="tuned: Triton's autotuner, its choice cached on disk")

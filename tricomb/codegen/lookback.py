@@ -1,13 +1,13 @@
 """Emitting the decoupled look-back: how a scan's tile finds the prefix of every tile before it in one pass.
 
 The algorithm is Merrill and Garland's, "Single-pass Parallel Prefix Scan with Decoupled Look-back" (NVIDIA
-technical report NVR-2016-002). Each tile of a row gets a status word in ``flags``, which the launcher zeroes
-before every launch (as CUB's scan initializes its tile states; a CUDA graph captures the memset with the
-kernel):
+technical report NVR-2016-002). Each tile of a row gets a status word in ``flags``. The launcher passes each
+launch a larger ``ready`` than the last (``_Epochs`` in the emitted module), so words left by earlier launches
+need no clearing:
 
-* 0 (``EMPTY``): nothing published yet;
-* 1 (``AGGREGATE``): the tile's aggregate (its own elements folded) is out;
-* 2 (``PREFIX``): the tile's inclusive prefix (every element up to its end) is out.
+* below ``ready``: nothing published yet in this launch;
+* ``ready``: the tile's aggregate (its own elements folded) is out;
+* ``ready + 1``: the tile's inclusive prefix (every element up to its end) is out.
 
 A tile publishes its aggregate at once, then looks back over a window of ``WINDOW`` predecessors at a time: it
 waits until each has published something, folds in order the newest inclusive prefix and the aggregates after
@@ -31,14 +31,13 @@ import torch
 
 from ..lower.fuse import KernelPlan
 from ..scalar.dtypes import held_dtype
-from .fold import acc_type, identity_text, packed, tile_scan
+from .fold import acc_type, identity_text, packed, tile_reduce, tile_scan
 from .kernel import fields
 from .scalar import ScalarContext
 from .writer import Writer
 
 
 _LOW = "0xFFFFFFFF"
-EMPTY, AGGREGATE, PREFIX = 0, 1, 2  # a tile's status word
 
 
 def packs(p: KernelPlan) -> bool:
@@ -73,30 +72,31 @@ def _word(p: KernelPlan, tile: str, j: int) -> str:
     return f"flags + {tile}" if p.width == 1 else f"flags + {tile} * {p.width} + {j}"
 
 
-def _publish(w: Writer, p: KernelPlan, buffers: list[str], values: list[str], status: int) -> None:
+def _publish(w: Writer, p: KernelPlan, buffers: list[str], values: list[str], status: str) -> None:
     """Publish this tile's ``values`` (one per field) at ``slot`` with its status word."""
     if packs(p):
         for j, value in enumerate(values):
-            w.line(f'tl.atomic_xchg({_word(p, "slot", j)}, {status << 32} | {_bits(p, j, value)}, mask=row_mask, '
-                   'sem="relaxed")', comment=f"status {status} in the high half, the value in the low half")
+            w.line(f'tl.atomic_xchg({_word(p, "slot", j)}, ({status}).to(tl.int64) << 32 | {_bits(p, j, value)}, '
+                   'mask=row_mask, sem="relaxed")', comment="the status in the high half, the value in the low half")
         return
     for buffer, value in zip(buffers, values):
         w.line(f"tl.store({buffer} + slot, {value}, mask=row_mask)")
     w.line("tl.debug_barrier()", comment="every thread's store is done before the status word is released")
-    w.line(f'tl.atomic_xchg(flags + slot, {status}, mask=row_mask, sem="release")')
+    w.line(f'tl.atomic_xchg(flags + slot, ({status}).to(tl.int64), mask=row_mask, sem="release")')
 
 
 def _packed_reads(p: KernelPlan) -> list[str]:
     """Read the window's packed words (``words`` per field) and their ``status``; a tile whose fields show
-    different statuses (its words are being published, one by one) counts as empty until they agree."""
+    different statuses (its words are being published, one by one) counts as not yet published until they
+    agree."""
     words = fields("words", p.width)
     reads = [f"{word} = tl.load({_word(p, 'peers', j)}, mask=live, other=0, volatile=True)"
              for j, word in enumerate(words)]
     status = f"{words[0]} >> 32"
     agree = " & ".join(f"(({word} >> 32) == ({status}))" for word in words[1:])
     if agree:
-        status = f"tl.where({agree}, {status}, {EMPTY})"
-    return reads + [f"status = tl.where(live, {status}, {AGGREGATE})"]
+        status = f"tl.where({agree}, {status}, 0)"
+    return reads + [f"status = tl.where(live, {status}, ready)"]
 
 
 def _wait_for_window(w: Writer, p: KernelPlan) -> None:
@@ -105,8 +105,8 @@ def _wait_for_window(w: Writer, p: KernelPlan) -> None:
     if packs(p):
         reads = _packed_reads(p)
     else:
-        reads = [f'status = tl.where(live, tl.atomic_add(flags + peers, 0, mask=live, sem="acquire"), {AGGREGATE})']
-    reads.append(f"waiting = tl.reduce(status, None, tl.standard._elementwise_min) == {EMPTY}")
+        reads = ['status = tl.where(live, tl.atomic_add(flags + peers, 0, mask=live, sem="acquire"), ready)']
+    reads.append("waiting = tl.reduce(status, None, tl.standard._elementwise_min) < ready")
     w.lines(reads)
     with w.block("while waiting:"):
         w.comment("a predecessor has published nothing yet: it is running (it started first); read again")
@@ -133,7 +133,7 @@ def _window_parts(w: Writer, p: KernelPlan) -> list[str]:
 
 def _window_fold(w: Writer, p: KernelPlan, combine: str) -> list[str]:
     """Each row's fold, in order, of the newest inclusive prefix in the window and the aggregates after it."""
-    w.line(f"newest = tl.reduce(tl.where(status == {PREFIX}, behind[None, :], -1), 1, tl.standard._elementwise_max)",
+    w.line("newest = tl.reduce(tl.where(status == ready + 1, behind[None, :], -1), 1, tl.standard._elementwise_max)",
            comment="per row: the newest predecessor whose prefix is out (-1: none in the window)")
     w.line("from_prefix = live & (behind[None, :] == newest[:, None])")
     w.line("from_aggregate = live & (behind[None, :] > newest[:, None])")
@@ -145,17 +145,27 @@ def _window_fold(w: Writer, p: KernelPlan, combine: str) -> list[str]:
     return window
 
 
-def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, within: list[str]) -> None:
-    """Inside ``if LOOKBACK:``, with ``within`` the tile's inclusive scan (one name per field): set the carries
-    to the exclusive prefix of the tile (every element of the row before it) and publish the tile's inclusive
-    prefix (unless ``PUBLISH_PREFIX`` is off, which tests use to walk back over aggregates alone)."""
+def emit_publish_aggregate(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, tiles: list[str]) -> None:
+    """Inside ``if LOOKBACK:``, before the scan within the tile: fold the tile (``tiles``, one name per field) to
+    its aggregate and publish it at once, so that successors waiting on it need not wait for the tile's scan too
+    (P4 0.757 -> 0.696 ms in ``bench/experiments/lookback_variants.py``, SUM_FIRST)."""
+    aggregates = fields("aggregate", p.width)
+    w.comment("decoupled look-back (Merrill and Garland 2016): this tile's aggregate first, for its successors")
+    w.line("slot = rows * SPLIT + chunk")
+    folded = f"tl.reduce({packed(tiles)}, 1, {combine})" if p.index_scan else tile_reduce(ctx, p, packed(tiles), 1, combine)
+    w.line(f"{', '.join(aggregates)} = {folded}")
+    for j, aggregate in enumerate(aggregates):
+        w.line(f"{aggregate} = {aggregate}.to({acc_type(p, j)})")
+    _publish(w, p, fields("aggregates", p.width), aggregates, "ready")
+
+
+def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
+    """Inside ``if LOOKBACK:``, after :func:`emit_publish_aggregate` and the scan within the tile: set the
+    carries to the exclusive prefix of the tile (every element of the row before it) and publish the tile's
+    inclusive prefix (unless ``PUBLISH_PREFIX`` is off, which tests use to walk back over aggregates alone)."""
     ctx.use_helpers(["tc_last"])
     carries, aggregates = fields("carry", p.width), fields("aggregate", p.width)
-    w.comment("decoupled look-back (Merrill and Garland 2016): this tile's prefix from the tiles before it")
-    w.line("slot = rows * SPLIT + chunk")
-    for j, (aggregate, scanned) in enumerate(zip(aggregates, within)):
-        w.line(f"{aggregate} = tc_last({scanned}, BLOCK_K).to({acc_type(p, j)})")
-    _publish(w, p, fields("aggregates", p.width), aggregates, AGGREGATE)
+    w.comment("the prefix of the tiles before this one")
     w.line("done = (rows >= M) | (chunk == 0)")
     w.line("look = chunk - 1", comment="the newest predecessor not yet folded")
     with w.block("while look >= 0:"):
@@ -172,4 +182,4 @@ def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, w
     with w.block("if PUBLISH_PREFIX:"):
         inclusive = fields("inclusive", p.width)
         w.line(f"{', '.join(inclusive)} = {combine}({', '.join(carries + aggregates)})")
-        _publish(w, p, fields("prefixes", p.width), inclusive, PREFIX)
+        _publish(w, p, fields("prefixes", p.width), inclusive, "ready + 1")

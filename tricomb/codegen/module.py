@@ -108,8 +108,9 @@ def emit_module(p: KernelPlan) -> str:
 
 def _emit_kernel(w: Writer, ctx: ScalarContext, p: KernelPlan, name: str, combine: str | None,
                  then: str | None) -> None:
-    """The plan's ``@triton.jit`` kernel, named ``name``: the body for its kind."""
-    w.line("@triton.jit")
+    """The plan's ``@triton.jit`` kernel, named ``name``: the body for its kind. A scan's ``ready`` changes with
+    every launch, so Triton does not specialize on it."""
+    w.line('@triton.jit(do_not_specialize=["ready"])' if p.kind == "scan" else "@triton.jit")
     with w.block(f"def {name}({', '.join(kernel_parameters(p))}):"):
         if p.kind == "map":
             emit_map_body(w, ctx, p)
