@@ -14,10 +14,13 @@ switch is a constexpr:
   words.
 
 Each variant is checked against a float64 cumsum of the first 2^24 elements, then timed by do_bench (median)
-beside the copy and torch.cumsum (CUB) in the same process.
+beside the copy and torch.cumsum (CUB) in the same process. ``regs`` times the best variant with its registers
+capped (``maxnreg``: more blocks per SM, at the risk of spills) and with 64 elements a thread.
 
-    python bench/experiments/lookback_variants.py
+    python bench/experiments/lookback_variants.py [regs]
 """
+import sys
+
 import torch
 import triton
 import triton.language as tl
@@ -100,11 +103,15 @@ def main() -> None:
     print(f"copy {copy:.3f} ms ({8 * n / copy / 1e6:.0f} GB/s); torch.cumsum alone (CUB) {cub:.3f} ms", flush=True)
     want = torch.cumsum(torch.exp(x[: 1 << 24].double()), 0)
     host_epoch = [0]
-    variants = [(4096, 4, 32, init, first, hints) for init in (0, 1, 2) for first in (0, 1) for hints in (0, 1)]
-    variants += [(block, warps, 32, 1, first, hints) for block, warps in [(2048, 2), (2048, 4), (4096, 8), (8192, 8)]
+    variants = [(4096, 4, 32, init, first, hints, None) for init in (0, 1, 2) for first in (0, 1) for hints in (0, 1)]
+    variants += [(block, warps, 32, 1, first, hints, None) for block, warps in [(2048, 2), (2048, 4), (4096, 8),
+                                                                                (8192, 8)]
                  for first in (0, 1) for hints in (0, 1)]
-    variants += [(4096, 4, window, 1, first, 0) for window in (16, 64) for first in (0, 1)]
-    for block, warps, window, init, first, hints in variants:
+    variants += [(4096, 4, window, 1, first, 0, None) for window in (16, 64) for first in (0, 1)]
+    if "regs" in sys.argv[1:]:
+        variants = [(4096, 4, window, 0, 1, 0, regs) for window in (16, 32) for regs in (None, 72, 64, 56)]
+        variants += [(8192, 4, 16, 0, 1, 0, regs) for regs in (None, 128)] + [(2048, 2, 16, 0, 1, 0, 64)]
+    for block, warps, window, init, first, hints, regs in variants:
         tiles = triton.cdiv(n, block)
         flags = torch.zeros(tiles, dtype=torch.int64, device="cuda")
         state = torch.zeros(2, dtype=torch.int64, device="cuda")
@@ -114,12 +121,14 @@ def main() -> None:
                 flags.zero_()
             host_epoch[0] += 1
             return scan_kernel[(tiles,)](x, y, flags, state, n, 2 * host_epoch[0] + 2, BLOCK=block, WINDOW=window,
-                                         INIT=init, SUM_FIRST=first, HINTS=hints, num_warps=warps)
+                                         INIT=init, SUM_FIRST=first, HINTS=hints, num_warps=warps,
+                                         **({"maxnreg": regs} if regs else {}))
 
         compiled = run()
         err = ((y[: 1 << 24].double() - want).abs() / want.abs()).max().item()
         t = ms(run)
-        print(f"{block} x {warps} warps, window {window}, INIT {init}, SUM_FIRST {first}, HINTS {hints}: "
+        print(f"{block} x {warps} warps, window {window}, INIT {init}, SUM_FIRST {first}, HINTS {hints}, "
+              f"maxnreg {regs}: "
               f"{compiled.n_regs} registers; {t:.3f} ms, {copy / t:.3f} C, {cub / t:.2f}x CUB, rel.err {err:.1e}",
               flush=True)
 

@@ -236,10 +236,13 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
             values = values + [_positions(w, p)]
         for tile, masked in zip(tiles, masked_fields(ctx, p, values, read_mask)):
             w.line(f"{tile} = {masked}")
-        with w.block("if LOOKBACK:"):
-            emit_publish_aggregate(w, ctx, p, combine, tiles)
+        if p.scan_commutes:
+            with w.block("if LOOKBACK:"):
+                emit_publish_aggregate(w, ctx, p, combine, tiles, None)
         w.line(f"{', '.join(within)} = {tile_scan(p, packed(tiles), 1, combine)}", comment="the scan within the tile")
         with w.block("if LOOKBACK:"):
+            if not p.scan_commutes:
+                emit_publish_aggregate(w, ctx, p, combine, tiles, within)
             emit_look_back(w, ctx, p, combine)
         w.line(f"{', '.join(scanned)} = {combine}({', '.join(f'{c}[:, None]' for c in carries)}, {', '.join(within)})")
         ctx.use_helpers(["tc_last"])

@@ -145,22 +145,29 @@ def _window_fold(w: Writer, p: KernelPlan, combine: str) -> list[str]:
     return window
 
 
-def emit_publish_aggregate(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, tiles: list[str]) -> None:
-    """Inside ``if LOOKBACK:``, before the scan within the tile: fold the tile (``tiles``, one name per field) to
-    its aggregate and publish it at once, so that successors waiting on it need not wait for the tile's scan too
-    (P4 0.757 -> 0.696 ms in ``bench/experiments/lookback_variants.py``, SUM_FIRST)."""
+def emit_publish_aggregate(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, tiles: list[str],
+                           within: list[str] | None) -> None:
+    """Inside ``if LOOKBACK:``: fold the tile to its aggregate and publish it for its successors. With
+    ``within`` (the tile's inclusive scan, one name per field) the aggregate is its last column: in order, as an
+    operator that does not commute needs. Without, it is a tree fold of ``tiles``, emitted before the tile's
+    own scan, so that successors waiting on it need not wait for that scan too (P4 0.757 -> 0.696 ms in
+    ``bench/experiments/lookback_variants.py``, SUM_FIRST)."""
     aggregates = fields("aggregate", p.width)
-    w.comment("decoupled look-back (Merrill and Garland 2016): this tile's aggregate first, for its successors")
+    w.comment("decoupled look-back (Merrill and Garland 2016): this tile's aggregate, for its successors")
     w.line("slot = rows * SPLIT + chunk")
-    folded = f"tl.reduce({packed(tiles)}, 1, {combine})" if p.index_scan else tile_reduce(ctx, p, packed(tiles), 1, combine)
-    w.line(f"{', '.join(aggregates)} = {folded}")
+    if within is None:
+        w.line(f"{', '.join(aggregates)} = {tile_reduce(ctx, p, packed(tiles), 1, combine)}")
+    else:
+        ctx.use_helpers(["tc_last"])
+        for aggregate, scanned in zip(aggregates, within):
+            w.line(f"{aggregate} = tc_last({scanned}, BLOCK_K)")
     for j, aggregate in enumerate(aggregates):
         w.line(f"{aggregate} = {aggregate}.to({acc_type(p, j)})")
     _publish(w, p, fields("aggregates", p.width), aggregates, "ready")
 
 
 def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
-    """Inside ``if LOOKBACK:``, after :func:`emit_publish_aggregate` and the scan within the tile: set the
+    """Inside ``if LOOKBACK:``, after :func:`emit_publish_aggregate` and the tile's own scan: set the
     carries to the exclusive prefix of the tile (every element of the row before it) and publish the tile's
     inclusive prefix (unless ``PUBLISH_PREFIX`` is off, which tests use to walk back over aggregates alone)."""
     ctx.use_helpers(["tc_last"])

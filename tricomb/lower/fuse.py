@@ -63,6 +63,7 @@ class KernelPlan:
     then_combined_dtypes: tuple[torch.dtype, ...] | None = None
     then_acc_dtypes: tuple[torch.dtype, ...] | None = None
     ordered: bool = False  # the plan's reduce (or the one fused after its scan) does not commute: row-major order
+    scan_commutes: bool = False  # the plan's scan has an operator that commutes (its tiles may fold as trees)
     # a reduce right after its lift map, whose operator is an online normalizer's pair: the declared share of
     # an element at a maximum (:func:`declare_share`), by which whole tiles fold; the lift is not computed
     share: Function | None = None
@@ -174,6 +175,7 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
     :func:`expand` and :func:`totalize`)."""
     ordered = [isinstance(s, Reduce) and not s.index and not operator_commutes(s)
                for s in pipeline.stages if isinstance(s, (Reduce, Scan))]  # (before the rewrites add flags)
+    scan_commutes = any(isinstance(s, Scan) and not s.index and operator_commutes(s) for s in pipeline.stages)
     pipeline = totalize(expand(pipeline))
     at, stage = combine_stage(pipeline)
     then_at, then = combine_stage(pipeline, at + 1)
@@ -199,7 +201,8 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
                      then_acc_dtypes=then_acc)
     return KernelPlan(kind, pipeline, binding, inputs, outputs, field_inputs(pipeline), pipeline.stages[:at], stage,
                       pipeline.stages[at + 1:then_at], _compute_dtype(binding.dtypes), combined, acc, **fused,
-                      ordered=bool(ordered) and ordered[-1], share=_share(pipeline, at, stage, then))
+                      ordered=bool(ordered) and ordered[-1], scan_commutes=scan_commutes,
+                      share=_share(pipeline, at, stage, then))
 
 
 def _share(pipeline: PipelineIR, at: int, stage, then) -> Function | None:
