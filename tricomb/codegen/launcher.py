@@ -49,8 +49,9 @@ def _tuner(space, key, epochs):
     reset = ["flags"] if look_back else None
     name = (tuple(tuple(sorted(c.items())) for c in space), look_back)
     if name not in _TUNERS:
-        configs = [triton.Config({k: v for k, v in c.items() if k != "num_warps"}, num_warps=c["num_warps"])
-                   for c in space]
+        options = ("num_warps", "maxnreg")  # compile options, not meta-parameters
+        configs = [triton.Config({k: v for k, v in c.items() if k not in options}, num_warps=c["num_warps"],
+                                 maxnreg=c.get("maxnreg")) for c in space]
         _TUNERS[name] = triton.autotune(configs=configs, key=key, cache_results=True, do_bench=_bench_config,
                                         reset_to_zero=reset,
                                         prune_configs_by={"early_config_prune": _start_tuning})(kernel)
@@ -412,7 +413,8 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     elif p.kind == "reduce":
         w.line(f"cfg = schedule_reduce(M, K, {inner}, _num_sms(in0.device), interpret, per_tile={p.share is not None})")
     else:
-        w.line(f"cfg = schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret)")
+        one_word = packs(p) and p.width == 1
+        w.line(f"cfg = schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret, one_word={one_word})")
     tuned = _TUNED[p.kind]
     w.line("tune = _tuning(interpret, M * K, overrides)")
     w.line("cfg.update(overrides)")
@@ -439,6 +441,8 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     w.line(f"meta = dict({', '.join(fixed)})")
     with w.block("if not tune:"):
         w.line(f"meta.update({tuned}=cfg[{tuned!r}], num_warps=cfg['num_warps'])")
+        with w.block("if 'maxnreg' in cfg:"):
+            w.line("meta['maxnreg'] = cfg['maxnreg']", comment="a register cap a thread (a compile option)")
     key = ["numel"] if p.kind == "map" else ["M", "K"]
     w.line(f"start = _Launcher(_tuner(space, {key!r}, epochs) if tune else {kernel}, grid, rest, meta, device, epochs)",
            comment="tuned: Triton's autotuner, its choice cached on disk")

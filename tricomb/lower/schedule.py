@@ -57,12 +57,15 @@ def split_rows(M, block_m, K, block_k, num_sms):
     return max(min(triton.cdiv(16 * num_sms, row_tiles), triton.cdiv(K, 4 * block_k), 4096), 1)
 
 
-def schedule_scan(M, K, inner, num_sms, interpret):
+def schedule_scan(M, K, inner, num_sms, interpret, one_word=False):
     """Scan ``M`` rows of ``K`` elements: ``BLOCK_M`` rows per program, ``BLOCK_K`` elements per step.
 
     When the row tiles are too few to fill the GPU and long, ``LOOKBACK`` gives each program one tile of
     ``BLOCK_K`` elements, its prefix found by the decoupled look-back over ``WINDOW`` predecessors at a time;
     ``PUBLISH_PREFIX`` off (tests only) makes every look-back walk back over aggregates to the row's start.
+    A look-back over one 32-bit field (``one_word``) caps the registers a thread at 72 (``maxnreg``), so that
+    more tiles fit on an SM: 4096 x 4 warps took 80 and P4 0.689 ms, capped 0.658 ms
+    (``bench/experiments/lookback_variants.py regs``).
     """
     limit = 1 << 16 if interpret else 4096
     k_pow = max(triton.next_power_of_2(max(K, 1)), 2)
@@ -75,12 +78,15 @@ def schedule_scan(M, K, inner, num_sms, interpret):
         block_k = max(min(k_pow, 16 if not interpret else limit // block_m), 2)
     if not interpret and triton.cdiv(M, block_m) < num_sms and K >= 16 * limit:
         block_k = limit // block_m
-        return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 8, **look_back, "LOOKBACK": True}
+        cap = {"maxnreg": 72} if one_word else {}
+        return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back, "LOOKBACK": True, "WINDOW": 16,
+                **cap}
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back}
 
 
 def tuning_space(cfg, entry):
     """What Triton's autotuner times, around the heuristic's choice ``cfg``: the tile entry ``entry`` halved,
-    kept and doubled, each with 4 and 8 warps (six configs)."""
+    kept and doubled, each with 4 and 8 warps (six configs), and the choice's register cap, if any."""
     size = cfg[entry]
-    return [{entry: s, "num_warps": w} for s in (size // 2, size, size * 2) for w in (4, 8) if s >= 16]
+    cap = {"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg else {}
+    return [{entry: s, "num_warps": w, **cap} for s in (size // 2, size, size * 2) for w in (4, 8) if s >= 16]
