@@ -58,9 +58,10 @@ def test_a_linear_recurrence_over_one_long_row_matches_a_float64_scan():
 
 
 def test_a_two_field_look_back_never_mixes_one_tiles_aggregate_with_its_prefix():
-    """Each field of a pair travels in a packed word of its own; a reader takes a tile only when both words show
-    the same status. Counting ones and twos over 2^24 elements (exact in float32) shows any mix of a tile's
-    aggregate in one field with its prefix in the other. Repeated launches reuse the status words."""
+    """A pair's values are stored before their status word is released, and read after it is acquired.
+    Counting ones and twos over 2^24 elements (exact in float32) shows any mix of a tile's aggregate in one
+    field with its prefix in the other, or a value read before it was written. Repeated launches reuse the
+    status words."""
     n = 1 << 24
     counts = tc.map(lambda x: (x * 0.0 + 1.0, x * 0.0 + 2.0)) >> tc.scan(lambda a, b, c, d: (a + c, b + d),
                                                                             identity=(0.0, 0.0))

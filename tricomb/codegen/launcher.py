@@ -10,7 +10,7 @@ from ..lower.fuse import KernelPlan
 from ..pipeline.ir import Reduce
 from ..scalar.dtypes import held_dtype
 from .kernel import fields, group_size, group_stride, kernel_parameters
-from .lookback import packs, status_words
+from .lookback import packs
 from .writer import Writer
 
 RUNTIME_HELPERS = '''
@@ -360,8 +360,7 @@ def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
     with w.block("if cfg['LOOKBACK']:"):
         w.comment("one tile per program; per tile its status words and the values they announce (decoupled look-back)")
         w.line("tiles = triton.cdiv(M, cfg['BLOCK_M']) * cfg['BLOCK_M'] * triton.cdiv(K, min(c['BLOCK_K'] for c in space))")
-        words = f"tiles * {status_words(p)}" if status_words(p) > 1 else "tiles"
-        w.line(f"epochs = _look_back_epochs(in0.device, {words})", comment="status words, and which are this launch's")
+        w.line("epochs = _look_back_epochs(in0.device, tiles)", comment="status words, and which are this launch's")
         w.line("flags = epochs.flags")
         if packs(p):
             w.line(f"{' = '.join(announced)} = flags", comment="unused: each value travels in its status word")

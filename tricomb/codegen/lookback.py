@@ -16,17 +16,13 @@ only on tiles numbered before it: lower program ids, which the GPU starts first.
 
 A status word and the value it announces are always read together:
 
-* when every field has 32 bits or fewer (a float32 sum; a linear recurrence's float32 pairs), each value is
-  packed with a copy of its status into a 64-bit word, written and read in one access (the status in the high
-  half, the value's bits in the low half), with no fence. One field has one word per tile, overwritten by the
-  prefix. A k-tuple has k words for its aggregate and k for its prefix, each written once, so a reader never
-  meets a tile half-published: it takes the prefix once all k prefix words are out, else the aggregate once all
-  k aggregate words are. (One word per field, overwritten by the prefix, measured P10 at 0.378 ms against
-  0.323 ms for the fenced scheme below, likely because a reader that caught a tile between two of its words
-  had to read again.)
-* otherwise (a 64-bit field) the values are written to ``aggregates``/``prefixes`` before the one status word
-  (a CTA barrier, then a release) and read after it (an acquire, then a barrier), and are never overwritten
-  within a launch.
+* one field of 32 bits or fewer (a float32 or int32 sum, say) is packed with its status into one 64-bit word,
+  written and read in one access (the status in the high half, the value's bits in the low half), no fence;
+* otherwise (a k-tuple, a 64-bit field) the values are written to ``aggregates``/``prefixes`` before the one
+  status word (a CTA barrier, then a release) and read after it (an acquire, then a barrier), and are never
+  overwritten within a launch. Packing each 32-bit field of a tuple with its own copy of the status (k words,
+  or k aggregate and k prefix words, each written once) measured slower on P10's pairs: 0.378 ms at 1bb7fb2
+  and 550e17e against 0.323 ms fenced at 5c5916c (bench/NOTES.md).
 """
 from __future__ import annotations
 
@@ -44,39 +40,24 @@ _LOW = "0xFFFFFFFF"
 
 
 def packs(p: KernelPlan) -> bool:
-    """Whether every field of the scan's accumulator has 32 bits or fewer, so each travels packed with a copy
-    of its status in a 64-bit word."""
-    return all(held_dtype(d) in (torch.float32, torch.int32, torch.bool) for d in p.acc_dtypes)
+    """Whether the scan's accumulator is one field of 32 bits or fewer, packed with its status in one word."""
+    return p.width == 1 and held_dtype(p.acc_dtype) in (torch.float32, torch.int32, torch.bool)
 
 
-def status_words(p: KernelPlan) -> int:
-    """Words in ``flags`` per tile: one (a packed field, or a status word alone), or per field an aggregate
-    word and a prefix word (packed k-tuples)."""
-    return 2 * p.width if packs(p) and p.width > 1 else 1
-
-
-def _bits(p: KernelPlan, j: int, value: str) -> str:
-    """The 64-bit word holding the 32 bits of ``value`` (field ``j``) in its low half."""
-    dtype = held_dtype(p.acc_dtypes[j])
+def _bits(p: KernelPlan, value: str) -> str:
+    """The 64-bit word holding ``value``'s 32 bits in its low half."""
+    dtype = held_dtype(p.acc_dtype)
     bits = {torch.float32: f"{value}.to(tl.int32, bitcast=True)", torch.int32: value,
             torch.bool: f"{value}.to(tl.int32)"}[dtype]
     return f"({bits}.to(tl.int64) & {_LOW})"
 
 
-def _unbits(p: KernelPlan, j: int, word: str) -> str:
-    """Field ``j``'s value whose bits are the low half of ``word``."""
+def _unbits(p: KernelPlan, word: str) -> str:
+    """The value whose bits are the low half of ``word``."""
     bits = f"({word} & {_LOW}).to(tl.int32)"
-    dtype = held_dtype(p.acc_dtypes[j])
+    dtype = held_dtype(p.acc_dtype)
     return {torch.float32: f"{bits}.to(tl.float32, bitcast=True)", torch.int32: bits,
             torch.bool: f"({bits} != 0)"}[dtype]
-
-
-def _word(p: KernelPlan, tile: str, j: int, prefix: bool) -> str:
-    """The address of field ``j``'s packed word of ``tile``: its aggregate's, or with ``prefix`` its inclusive
-    prefix's (one word for both when there is one field)."""
-    if p.width == 1:
-        return f"flags + {tile}"
-    return f"flags + {tile} * {2 * p.width} + {p.width * prefix + j}"
 
 
 def _publish(w: Writer, p: KernelPlan, values: list[str], prefix: bool) -> None:
@@ -84,10 +65,8 @@ def _publish(w: Writer, p: KernelPlan, values: list[str], prefix: bool) -> None:
     ``slot``."""
     status = "ready + 1" if prefix else "ready"
     if packs(p):
-        for j, value in enumerate(values):
-            w.line(f'tl.atomic_xchg({_word(p, "slot", j, prefix)}, ({status}).to(tl.int64) << 32 | '
-                   f'{_bits(p, j, value)}, mask=row_mask, sem="relaxed")',
-                   comment="the status in the high half, the value in the low half")
+        w.line(f'tl.atomic_xchg(flags + slot, ({status}).to(tl.int64) << 32 | {_bits(p, values[0])}, '
+               'mask=row_mask, sem="relaxed")', comment="the status in the high half, the value in the low half")
         return
     for buffer, value in zip(fields("prefixes" if prefix else "aggregates", p.width), values):
         w.line(f"tl.store({buffer} + slot, {value}, mask=row_mask)")
@@ -95,28 +74,12 @@ def _publish(w: Writer, p: KernelPlan, values: list[str], prefix: bool) -> None:
     w.line(f'tl.atomic_xchg(flags + slot, ({status}).to(tl.int64), mask=row_mask, sem="release")')
 
 
-def _packed_reads(p: KernelPlan) -> list[str]:
-    """Read the window's packed words and their ``status``: one word per tile for one field; for k fields the
-    aggregate's k words and the prefix's k words, a prefix counting once all its words are out, and an aggregate
-    likewise (each word is written once per launch, so the k values read agree)."""
-    if p.width == 1:
-        return [f"words = tl.load({_word(p, 'peers', 0, False)}, mask=live, other=0, volatile=True)",
-                "status = tl.where(live, words >> 32, ready)"]
-    reads = []
-    for prefix, names in [(False, fields("aggregate_words", p.width)), (True, fields("prefix_words", p.width))]:
-        reads += [f"{name} = tl.load({_word(p, 'peers', j, prefix)}, mask=live, other=0, volatile=True)"
-                  for j, name in enumerate(names)]
-    has_prefix = " & ".join(f"(({name} >> 32) == ready + 1)" for name in fields("prefix_words", p.width))
-    has_aggregate = " & ".join(f"(({name} >> 32) == ready)" for name in fields("aggregate_words", p.width))
-    return reads + [f"status = tl.where(live, tl.where({has_prefix}, ready + 1, tl.where({has_aggregate}, ready, 0)), "
-                    "ready)"]
-
-
 def _wait_for_window(w: Writer, p: KernelPlan) -> None:
     """``status``: the status words of the window's predecessors, once every one of them has published (and
-    the words holding their values, when packed)."""
+    ``words``, which hold their values too, when packed)."""
     if packs(p):
-        reads = _packed_reads(p)
+        reads = ["words = tl.load(flags + peers, mask=live, other=0, volatile=True)",
+                 "status = tl.where(live, words >> 32, ready)"]
     else:
         reads = ['status = tl.where(live, tl.atomic_add(flags + peers, 0, mask=live, sem="acquire"), ready)']
     reads.append("waiting = tl.reduce(status, None, tl.standard._elementwise_min) < ready")
@@ -130,16 +93,10 @@ def _wait_for_window(w: Writer, p: KernelPlan) -> None:
 
 def _window_parts(w: Writer, p: KernelPlan) -> list[str]:
     """Per field, the window's values: the newest prefix, the aggregates after it, the identity elsewhere."""
-    parts = fields("part", p.width)
-    if packs(p) and p.width == 1:
-        w.line(f"part = tl.where(from_prefix | from_aggregate, {_unbits(p, 0, 'words')}, {identity_text(p)})")
-        return parts
     if packs(p):
-        for j, (part, aggregate, prefix) in enumerate(zip(parts, fields("aggregate_words", p.width),
-                                                          fields("prefix_words", p.width))):
-            w.line(f"{part} = tl.where(from_prefix, {_unbits(p, j, prefix)}, tl.where(from_aggregate, "
-                   f"{_unbits(p, j, aggregate)}, {identity_text(p, j)}))")
-        return parts
+        w.line(f"part = tl.where(from_prefix | from_aggregate, {_unbits(p, 'words')}, {identity_text(p)})")
+        return ["part"]
+    parts = fields("part", p.width)
     for j, (part, aggregates, prefixes) in enumerate(zip(parts, fields("aggregates", p.width),
                                                           fields("prefixes", p.width))):
         identity = identity_text(p, j)
