@@ -142,9 +142,9 @@ class _CutOff:
 
 
 def test_a_launch_cut_off_part_way_leaves_later_launches_right():
-    """Interrupted look-back scans and split reductions leave status words and tickets mid-count: the next
-    look-back launch publishes a larger status, and the launcher zeroes the tickets after a failed launch, so
-    the next launch is right (it was wrong, or hung, before)."""
+    """Interrupted look-back scans leave status words half-published and split reductions leave tickets
+    mid-count: the next look-back launch publishes a larger status, and the launcher zeroes the tickets after a
+    failed launch, so the next launch is right (it was wrong, or hung, before)."""
     import numpy
     import pytest
     x = torch.randn(3, 37)

@@ -98,21 +98,27 @@ def test_look_back_stays_right_across_launches_and_tile_sizes(device):
         torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
 
 
-def test_look_back_status_words_are_zeroed_when_the_epoch_wraps(monkeypatch):
-    """After ``_Epochs.LAST`` launches the status value would leave its 31 bits; the launcher then zeroes the
-    words and starts again from the smallest value. Forced here after 3 launches: every launch stays right."""
+def test_look_back_status_words_are_zeroed_when_the_count_wraps(monkeypatch):
+    """After ``_StatusWords.LAST`` launches the status value would grow too large; the launcher then zeroes the
+    words and counts again from 1. Forced here after 3 launches, with every word preset to a status no launch
+    has published yet (as after a wrap without zeroing): each launch is right, and after the wrap no word is
+    left above the launch's own prefix status."""
     from tricomb.runtime import launch
     x = torch.randn(2, 37)
     pipe = tc.cumsum(axis=1)
     module = launch.compile_for(pipe.ir, pipe._cache, (x,))[0].module
-    monkeypatch.setattr(module._Epochs, "LAST", 3)
+    monkeypatch.setattr(module._StatusWords, "LAST", 3)
     run = module.prepare(x, **LOOKBACK_TILES)
-    epochs = run.launcher.epochs  # shared by the look-back scans on this device: other tests counted on
-    epochs.epoch = 2
+    status = run.launcher.status  # shared by this module's look-back launches on the CPU: start as when made
+    status.words.zero_()
+    status.launches = 0
     seen = []
     for _ in range(7):
+        if status.launches == 2:
+            status.words.fill_(100 << 32)  # the next launch wraps
         torch.testing.assert_close(run(x), torch.cumsum(x, 1), rtol=1e-5, atol=1e-5)
-        seen.append(epochs.epoch)
+        seen.append(status.launches)
+        assert int((status.words >> 32).max()) <= 2 * status.launches + 3
     assert seen == [1, 2, 1, 2, 1, 2, 1]  # 3 is LAST: the words are zeroed and the count starts at 1
 
 

@@ -4,10 +4,11 @@ prototype, not tricomb's kernel: one tile per program, tiles numbered by program
 switch is a constexpr:
 
 * ``INIT``: how a launch tells its status words from an earlier launch's.
-  0, an epoch passed by the host (``ready = 2 * epoch + 2``; a prototype shortcut that CUDA graphs would break);
+  0, a status value passed by the host (``ready = 2 * epoch + 2``; tricomb's scheme since this experiment,
+  which zeroes the words under CUDA graph capture);
   1, the words zeroed before each launch (CUB's way; the memset is timed with the kernel);
   2, an epoch kept on the device, read by every program and advanced by the last one to finish, counted by an
-  acquire-release atomic at each program's end (tricomb's scheme up to this experiment).
+  acquire-release atomic at each program's end (tricomb's scheme at 5c5916c).
 * ``SUM_FIRST``: publish the tile's aggregate (a ``tl.sum``) before the scan within the tile, so that successors
   see it sooner; the scan then overlaps the look-back's wait.
 * ``HINTS``: stream the data past the caches (``evict_first`` loads, ``.cs`` stores), leaving L2 to the status
@@ -28,7 +29,7 @@ import triton.testing
 
 
 @triton.jit
-def _look_back(flags, tile, ready, WINDOW: tl.constexpr):
+def look_back(flags, tile, ready, WINDOW: tl.constexpr):
     """The sum of every tile before ``tile``: the newest inclusive prefix in reach and the aggregates after it."""
     carry = 0.0
     look = tile - 1
@@ -48,7 +49,7 @@ def _look_back(flags, tile, ready, WINDOW: tl.constexpr):
 
 
 @triton.jit
-def _publish(flags, tile, status, value):
+def publish(flags, tile, status, value):
     bits = value.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
     tl.atomic_xchg(flags + tile, (status.to(tl.int64) << 32) | bits, sem="relaxed")
 
@@ -73,15 +74,15 @@ def scan_kernel(x_ptr, y_ptr, flags, state, N, host_ready, BLOCK: tl.constexpr, 
     v = tl.where(inside, tl.exp(x), 0.0)
     if SUM_FIRST:
         aggregate = tl.sum(v, 0)
-        _publish(flags, tile, ready, aggregate)
+        publish(flags, tile, ready, aggregate)
         within = tl.cumsum(v, 0)
-        carry = _look_back(flags, tile, ready, WINDOW)
+        carry = look_back(flags, tile, ready, WINDOW)
     else:
         within = tl.cumsum(v, 0)
         aggregate = tl.sum(v, 0)
-        _publish(flags, tile, ready, aggregate)
-        carry = _look_back(flags, tile, ready, WINDOW)
-    _publish(flags, tile, ready + 1, carry + aggregate)
+        publish(flags, tile, ready, aggregate)
+        carry = look_back(flags, tile, ready, WINDOW)
+    publish(flags, tile, ready + 1, carry + aggregate)
     if HINTS:
         tl.store(y_ptr + offs, within + carry, mask=inside, cache_modifier=".cs")
     else:

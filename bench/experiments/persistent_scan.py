@@ -19,6 +19,8 @@ import triton
 import triton.language as tl
 import triton.testing
 
+from lookback_variants import look_back, publish  # the same look-back, beside this script
+
 
 @triton.jit(do_not_specialize=["ready"])
 def scan_kernel(x_ptr, y_ptr, flags, N, n_tiles, ready, BLOCK: tl.constexpr, WINDOW: tl.constexpr,
@@ -35,25 +37,9 @@ def scan_kernel(x_ptr, y_ptr, flags, N, n_tiles, ready, BLOCK: tl.constexpr, WIN
         v = tl.where(base + offs < N, tl.exp(x), 0.0)
         within = tl.cumsum(v, 0)
         aggregate = tl.sum(v, 0)
-        bits = aggregate.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
-        tl.atomic_xchg(flags + tile, (ready.to(tl.int64) << 32) | bits, sem="relaxed")
-        carry = aggregate * 0.0
-        look = tile - 1
-        while look >= 0:
-            behind = look - WINDOW + 1 + tl.arange(0, WINDOW)
-            live = behind >= 0
-            words = tl.load(flags + behind, mask=live, other=0, volatile=True)
-            status = tl.where(live, words >> 32, ready)
-            while tl.min(status, 0) < ready:
-                words = tl.load(flags + behind, mask=live, other=0, volatile=True)
-                status = tl.where(live, words >> 32, ready)
-            newest = tl.max(tl.where(status == ready + 1, behind, -1), 0)
-            take = live & (behind >= newest)
-            values = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
-            carry += tl.sum(tl.where(take, values, 0.0), 0)
-            look = tl.where(newest >= 0, -1, look - WINDOW)
-        inclusive = (carry + aggregate).to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
-        tl.atomic_xchg(flags + tile, ((ready + 1).to(tl.int64) << 32) | inclusive, sem="relaxed")
+        publish(flags, tile, ready, aggregate)
+        carry = look_back(flags, tile, ready, WINDOW)
+        publish(flags, tile, ready + 1, carry + aggregate)
         tl.store(y_ptr + base + offs, within + carry, mask=base + offs < N)
         if PREFETCH:
             x = x_next

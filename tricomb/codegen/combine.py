@@ -15,7 +15,7 @@ from ..pipeline.printer import stage_text
 from .fold import (NO_INDEX, acc_type, emit_last_program, fold_in_order, identity_text, masked_fields, packed,
                    reduce_tile, tile_scan, to_accumulator)
 from .kernel import emit_loads, emit_offsets, emit_stages, fields, first_stream, program_ids, store
-from .lookback import emit_look_back, emit_publish_aggregate
+from .lookback import emit_look_back, emit_publish_aggregate, last_column, tree_aggregate
 from .scalar import ScalarContext, Value, emit_function
 from .writer import Writer
 
@@ -238,11 +238,11 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
             w.line(f"{tile} = {masked}")
         if p.scan_commutes:
             with w.block("if LOOKBACK:"):
-                emit_publish_aggregate(w, ctx, p, combine, tiles, None)
+                emit_publish_aggregate(w, p, tree_aggregate(ctx, p, tiles, combine))
         w.line(f"{', '.join(within)} = {tile_scan(p, packed(tiles), 1, combine)}", comment="the scan within the tile")
         with w.block("if LOOKBACK:"):
             if not p.scan_commutes:
-                emit_publish_aggregate(w, ctx, p, combine, tiles, within)
+                emit_publish_aggregate(w, p, last_column(ctx, p, within))
             emit_look_back(w, ctx, p, combine)
         w.line(f"{', '.join(scanned)} = {combine}({', '.join(f'{c}[:, None]' for c in carries)}, {', '.join(within)})")
         ctx.use_helpers(["tc_last"])

@@ -14,8 +14,8 @@ from .lookback import packs
 from .writer import Writer
 
 RUNTIME_HELPERS = '''
-_ZEROED = {}
-_EPOCHS = {}
+_TICKETS = {}
+_STATUS_WORDS = {}
 _NUM_SMS = {}
 _TUNERS = {}
 TUNING = {"done": 0, "total": 0, "reporters": []}  # reporters(configs timed, configs): tricomb's progress bar
@@ -41,76 +41,80 @@ def _bench_config(fn, quantiles):
     return triton.testing.do_bench(fn, quantiles=quantiles)
 
 
-def _tuner(space, key, epochs):
+def _tuner(space, key, look_back):
     """Triton's autotuner over ``space`` (dicts of meta-parameters and ``num_warps``), keyed on the sizes ``key``;
-    its choice is cached on disk (``cache_results``), so a second process does not tune again. For a look-back
-    scan (``epochs`` with status words) it zeroes ``flags`` before each timed launch, which all share one epoch."""
-    look_back = epochs is not None and epochs.flags is not None
-    reset = ["flags"] if look_back else None
+    its choice is cached on disk (``cache_results``), so a second process does not tune again. With
+    ``look_back`` it zeroes the status words (``flags``) before each timed launch: they all pass one status."""
     name = (tuple(tuple(sorted(c.items())) for c in space), look_back)
     if name not in _TUNERS:
         options = ("num_warps", "maxnreg")  # compile options, not meta-parameters
         configs = [triton.Config({k: v for k, v in c.items() if k not in options}, num_warps=c["num_warps"],
                                  maxnreg=c.get("maxnreg")) for c in space]
         _TUNERS[name] = triton.autotune(configs=configs, key=key, cache_results=True, do_bench=_bench_config,
-                                        reset_to_zero=reset,
+                                        reset_to_zero=["flags"] if look_back else None,
                                         prune_configs_by={"early_config_prune": _start_tuning})(kernel)
     return _TUNERS[name]
 
 
-def _zeroed(device, use, count, dtype=torch.int32):
-    """A buffer of at least ``count`` words, zero when first made and kept per device and ``use``: the
-    last-program tickets (the last program of each row tile resets its own)."""
-    have = _ZEROED.get((device, use))
+def _tickets(device, count):
+    """At least ``count`` last-program tickets, zero when first made and kept per device (the last program of
+    each row tile resets its own). Made by a fill kernel, which a CUDA graph capture may record."""
+    have = _TICKETS.get(device)
     if have is None or have.numel() < count:
-        have = torch.zeros(max(count, 64), dtype=dtype).to(device)
-        _ZEROED[(device, use)] = have
+        have = torch.zeros(max(count, 64), dtype=torch.int32, device=device)
+        _TICKETS[device] = have
     return have
 
 
-class _Epochs:
-    """The status value each launch of one look-back scan publishes (``ready``; ``ready + 1`` for a prefix), so
-    that status words left by earlier launches read as empty without being cleared. Launch n passes
-    ``2 * n + 2``: every word of an earlier launch holds less. Two cases zero the words first (one memset):
+class _StatusWords:
+    """A look-back's status words (``words``, int64) and the status value each launch publishes (``ready``, and
+    ``ready + 1`` for a prefix), so that words left by earlier launches read as unpublished without being
+    cleared: launch n passes ``2 * n + 2``, more than any word of an earlier launch holds. The words are zeroed
+    (one fill) only
 
-    * a launch captured into a CUDA graph, which replays with the value captured: it takes ``CAPTURED`` (2),
-      below every direct launch's value (4 and up), and its memset replays with it;
-    * the epoch reaching ``LAST``, where the value would leave the status's 31 bits: it starts again at 1.
+    * when a launch is captured into a CUDA graph, which replays the value it captured: it passes ``CAPTURED``
+      (2), below every direct launch's (4 and up), and its fill replays with it;
+    * when the count reaches ``LAST``, well before ``ready + 1`` would pass the kernel's int32 (2**31 - 1): the
+      count starts again at 1;
+    * and by Triton's autotuner before each launch it times (``reset_to_zero``).
 
-    ``flags`` is None for a scan without the look-back: its kernel ignores the value."""
+    ``words`` is None for a scan without the look-back: its kernel ignores the value, 0. Launches on one stream
+    may come from several host threads (a lock orders their counts); launches that overlap in time (several
+    streams) would read each other's words, which the README rules out."""
     CAPTURED, LAST = 2, 2**29
 
-    def __init__(self, flags):
-        self.flags, self.epoch = flags, 0
+    def __init__(self, words):
+        self.words, self.launches, self.lock = words, 0, threading.Lock()
 
-    def next(self) -> int:
-        if self.flags is None:
+    def next_ready(self) -> int:
+        if self.words is None:
             return 0
-        if self.flags.is_cuda and torch.cuda.is_current_stream_capturing():
-            self.flags.zero_()
+        if self.words.is_cuda and torch.cuda.is_current_stream_capturing():
+            self.words.zero_()
             return self.CAPTURED
-        self.epoch += 1
-        if self.epoch == self.LAST:
-            self.flags.zero_()
-            self.epoch = 1
-        return 2 * self.epoch + 2
+        with self.lock:
+            self.launches += 1
+            if self.launches == self.LAST:
+                self.words.zero_()
+                self.launches = 1
+            return 2 * self.launches + 2
 
 
-def _look_back_epochs(device, count):
-    """The status words (at least ``count``) shared by the look-back scans on ``device``, with their epochs. A
-    larger need replaces them with new zeroed words and epochs; launches prepared before keep the old pair."""
-    have = _EPOCHS.get(device)
-    if have is None or have.flags.numel() < count:
-        have = _Epochs(torch.zeros(max(count, 64), dtype=torch.int64).to(device))
-        _EPOCHS[device] = have
-    return have
+def _status_words(device, count):
+    """At least ``count`` status words for this module's look-back launches on ``device``. A larger need makes
+    new zeroed words; the old ones stay allocated (launches prepared before, or a captured graph, still use
+    them)."""
+    made = _STATUS_WORDS.setdefault(device, [])
+    if not made or made[-1].words.numel() < count:
+        made.append(_StatusWords(torch.zeros(max(count, 64), dtype=torch.int64, device=device)))
+    return made[-1]
 
 
 def _reset_scratch(device):
-    """Zero every persistent scratch buffer of ``device`` (the tickets), as when first made."""
-    for (where, _), buffer in _ZEROED.items():
-        if where == device:
-            buffer.zero_()
+    """Zero ``device``'s last-program tickets, as when first made. (A look-back's status words need no reset:
+    the next launch publishes a larger status.)"""
+    if device in _TICKETS:
+        _TICKETS[device].zero_()
 
 
 def _no_hooks():
@@ -126,11 +130,11 @@ class _Launcher:
     ``run`` does after its cache lookup (arguments whose types and values cannot have changed are not bound
     again). A launch hook (a profiler) or another current device takes Triton's path. ``adopt`` gives it a
     compiled kernel before its first call (tricomb's runtime keeps them across processes). A scan's kernel
-    takes one more argument after the slots: its look-back's status value, from ``epochs``."""
+    takes one more argument after the slots: its look-back's status value, from ``status``."""
 
-    def __init__(self, fn, grid, rest, meta, device, epochs=None):
+    def __init__(self, fn, grid, rest, meta, device, status=None):
         self.fn, self.grid, self.rest, self.meta, self.device = fn, grid, rest, meta, device
-        self.epochs = epochs
+        self.status = status
         self.compiled = self.chosen = None
 
     def __call__(self, *slots):
@@ -141,8 +145,8 @@ class _Launcher:
             raise
 
     def _launch(self, slots):
-        if self.epochs is not None:
-            slots = slots + (self.epochs.next(),)
+        if self.status is not None:
+            slots = slots + (self.status.next_ready(),)
         compiled = self.compiled
         if compiled is not None and _no_hooks() and torch.cuda.current_device() == self.device.index:
             stream = triton.runtime.driver.active.get_current_stream(self.device.index)
@@ -356,24 +360,25 @@ def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
     and inclusive prefix they announce (and the partials and tickets of a reduce fused after the scan), for the
     smallest tile the autotuner may choose; unused otherwise."""
     announced = fields("aggregates", p.width) + fields("prefixes", p.width)
-    fused = fields("partials", p.reduce_view().width) + ["tickets"] if p.then is not None else []
+    partials = fields("partials", p.reduce_view().width) if p.then is not None else []
     with w.block("if cfg['LOOKBACK']:"):
         w.comment("one tile per program; per tile its status words and the values they announce (decoupled look-back)")
         w.line("tiles = triton.cdiv(M, cfg['BLOCK_M']) * cfg['BLOCK_M'] * triton.cdiv(K, min(c['BLOCK_K'] for c in space))")
-        w.line("epochs = _look_back_epochs(in0.device, tiles)", comment="status words, and which are this launch's")
-        w.line("flags = epochs.flags")
+        w.line("status = _status_words(in0.device, tiles)", comment="and the status each launch publishes")
+        w.line("flags = status.words")
         if packs(p):
             w.line(f"{' = '.join(announced)} = flags", comment="unused: each value travels in its status word")
         else:
             for name, dtype in zip(announced, p.acc_dtypes * 2):
                 w.line(f"{name} = torch.empty(tiles, dtype={held_dtype(dtype)}, device=in0.device)")
         if p.then is not None:
-            for name, dtype in zip(fused, p.reduce_view().acc_dtypes):
+            for name, dtype in zip(partials, p.reduce_view().acc_dtypes):
                 w.line(f"{name} = torch.empty(tiles, dtype={held_dtype(dtype)}, device=in0.device)")
-            w.line("tickets = _zeroed(in0.device, 'tickets', triton.cdiv(M, cfg['BLOCK_M']))")
+            w.line("tickets = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']))")
     with w.block("else:"):
-        w.line("epochs = _Epochs(None)")
-        w.line(f"{' = '.join(['flags'] + announced + fused)} = {p.outputs[0].name}", comment="unused without LOOKBACK")
+        w.line("status = _StatusWords(None)", comment="the kernel ignores its status value")
+        unused = ["flags"] + announced + partials + (["tickets"] if p.then is not None else [])
+        w.line(f"{' = '.join(unused)} = {p.outputs[0].name}", comment="unused without LOOKBACK")
 
 
 def _emit_reduce_scratch(w: Writer, p: KernelPlan) -> None:
@@ -386,7 +391,7 @@ def _emit_reduce_scratch(w: Writer, p: KernelPlan) -> None:
             w.line(f"{buffer} = torch.empty(M * split, dtype={held_dtype(dtype)}, device=in0.device)")
         if p.index:
             w.line("partial_index = torch.empty(M * split, dtype=torch.int64, device=in0.device)")
-        w.line("tickets = _zeroed(in0.device, 'tickets', triton.cdiv(M, cfg['BLOCK_M']))")
+        w.line("tickets = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']))")
     with w.block("else:"):
         scratch = ["partials", "partial_index"] if p.index else fields("partials", p.width)
         w.line(f"{' = '.join(scratch)} = tickets = {p.outputs[0].name}", comment="unused without TICKET")
@@ -412,8 +417,7 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     elif p.kind == "reduce":
         w.line(f"cfg = schedule_reduce(M, K, {inner}, _num_sms(in0.device), interpret, per_tile={p.share is not None})")
     else:
-        one_word = packs(p) and p.width == 1
-        w.line(f"cfg = schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret, one_word={one_word})")
+        w.line(f"cfg = schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret, one_word={packs(p)})")
     tuned = _TUNED[p.kind]
     w.line("tune = _tuning(interpret, M * K, overrides)")
     w.line("cfg.update(overrides)")
@@ -431,17 +435,18 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     if p.kind == "scan":
         _emit_look_back_scratch(w, p)
     else:
-        w.line("epochs = None")
+        w.line("status = None", comment="no status value to pass")
     positional = [values[a] for a in args if "constexpr" not in a]
     fixed = [f"{a.split(':')[0]}={values[a]}" for a in args if "constexpr" in a and not a.startswith(tuned + ":")]
     w.line(f"grid = {_grid(p)}")
-    after_slots = len(p.slots) + (p.kind == "scan")  # a scan's ``ready`` comes from ``epochs`` at each launch
+    after_slots = len(p.slots) + (p.kind == "scan")  # a scan's ``ready`` comes from ``status`` at each launch
     w.line(f"rest = ({''.join(a + ', ' for a in positional[after_slots:])})")
     w.line(f"meta = dict({', '.join(fixed)})")
     with w.block("if not tune:"):
         w.line(f"meta.update({tuned}=cfg[{tuned!r}], num_warps=cfg['num_warps'])")
         with w.block("if 'maxnreg' in cfg:"):
-            w.line("meta['maxnreg'] = cfg['maxnreg']", comment="a register cap a thread (a compile option)")
+            w.line("meta['maxnreg'] = cfg['maxnreg']", comment="a cap on registers per thread (a compile option)")
     key = ["numel"] if p.kind == "map" else ["M", "K"]
-    w.line(f"start = _Launcher(_tuner(space, {key!r}, epochs) if tune else {kernel}, grid, rest, meta, device, epochs)",
+    look_back = "cfg['LOOKBACK']" if p.kind == "scan" else "False"
+    w.line(f"start = _Launcher(_tuner(space, {key!r}, {look_back}) if tune else {kernel}, grid, rest, meta, device, status)",
            comment="tuned: Triton's autotuner, its choice cached on disk")

@@ -2,14 +2,15 @@
 
 The algorithm is Merrill and Garland's, "Single-pass Parallel Prefix Scan with Decoupled Look-back" (NVIDIA
 technical report NVR-2016-002). Each tile of a row gets a status word in ``flags``. The launcher passes each
-launch a larger ``ready`` than the last (``_Epochs`` in the emitted module), so words left by earlier launches
-need no clearing:
+launch a larger ``ready`` than the last (``_StatusWords`` in the emitted module), so words left by earlier
+launches need no clearing:
 
 * below ``ready``: nothing published yet in this launch;
 * ``ready``: the tile's aggregate (its own elements folded) is out;
 * ``ready + 1``: the tile's inclusive prefix (every element up to its end) is out.
 
-A tile publishes its aggregate at once, then looks back over a window of ``WINDOW`` predecessors at a time: it
+A tile publishes its aggregate (before its own scan when the operator commutes, after it otherwise), then looks
+back over a window of ``WINDOW`` predecessors at a time: it
 waits until each has published something, folds in order the newest inclusive prefix and the aggregates after
 it, and stops at that prefix (or at the row's start); then it publishes its own inclusive prefix. A tile waits
 only on tiles numbered before it: lower program ids, which the GPU starts first.
@@ -21,8 +22,8 @@ A status word and the value it announces are always read together:
 * otherwise (a k-tuple, a 64-bit field) the values are written to ``aggregates``/``prefixes`` before the one
   status word (a CTA barrier, then a release) and read after it (an acquire, then a barrier), and are never
   overwritten within a launch. Packing each 32-bit field of a tuple with its own copy of the status (k words,
-  or k aggregate and k prefix words, each written once) measured slower on P10's pairs: 0.378 ms at 1bb7fb2
-  and 550e17e against 0.323 ms fenced at 5c5916c (bench/NOTES.md).
+  or k aggregate and k prefix words, each written once) measured slower on P10's pairs: 0.378 ms (550e17e)
+  against 0.308 ms fenced (a2b3357), the schedule otherwise the same (bench/NOTES.md).
 """
 from __future__ import annotations
 
@@ -120,31 +121,44 @@ def _window_fold(w: Writer, p: KernelPlan, combine: str) -> list[str]:
     return window
 
 
-def emit_publish_aggregate(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, tiles: list[str],
-                           within: list[str] | None) -> None:
-    """Inside ``if LOOKBACK:``: fold the tile to its aggregate and publish it for its successors. With
-    ``within`` (the tile's inclusive scan, one name per field) the aggregate is its last column: in order, as an
-    operator that does not commute needs. Without, it is a tree fold of ``tiles``, emitted before the tile's
-    own scan, so that successors waiting on it need not wait for that scan too (P4 0.757 -> 0.696 ms in
-    ``bench/experiments/lookback_variants.py``, SUM_FIRST)."""
+def tree_aggregate(ctx: ScalarContext, p: KernelPlan, tiles: list[str], combine: str) -> list[str]:
+    """The tile's aggregate folded as a tree, for an operator that commutes: emitted before the tile's own scan,
+    so that successors waiting on it need not wait for that scan too (P4's prototype: 0.757 -> 0.696 ms,
+    ``bench/experiments/lookback_variants.py``, SUM_FIRST). Its rounding can differ from the scan's last column
+    (a float sum's last bit), so a tile's successors may start from a prefix one ulp off the tile's own last
+    output (docs/numerics.md)."""
+    return [tile_reduce(ctx, p, packed(tiles), 1, combine)]
+
+
+def last_column(ctx: ScalarContext, p: KernelPlan, within: list[str]) -> list[str]:
+    """The tile's aggregate in order, for an operator that does not commute: the last column of its scan
+    ``within`` (``tl.reduce`` on the GPU does not keep order)."""
+    ctx.use_helpers(["tc_last"])
+    return [f"tc_last({scanned}, BLOCK_K)" for scanned in within]
+
+
+def emit_publish_aggregate(w: Writer, p: KernelPlan, folded: list[str]) -> None:
+    """Inside ``if LOOKBACK:``: set ``slot`` (the tile's status word) and ``aggregate`` (one name per field) to
+    ``folded`` (:func:`tree_aggregate`'s one expression of every field, or :func:`last_column`'s one per field),
+    and publish it."""
     aggregates = fields("aggregate", p.width)
     w.comment("decoupled look-back (Merrill and Garland 2016): this tile's aggregate, for its successors")
     w.line("slot = rows * SPLIT + chunk")
-    if within is None:
-        w.line(f"{', '.join(aggregates)} = {tile_reduce(ctx, p, packed(tiles), 1, combine)}")
+    if len(folded) == 1:
+        w.line(f"{', '.join(aggregates)} = {folded[0]}")
     else:
-        ctx.use_helpers(["tc_last"])
-        for aggregate, scanned in zip(aggregates, within):
-            w.line(f"{aggregate} = tc_last({scanned}, BLOCK_K)")
-    for j, aggregate in enumerate(aggregates):
-        w.line(f"{aggregate} = {aggregate}.to({acc_type(p, j)})")
+        w.lines([f"{name} = {value}" for name, value in zip(aggregates, folded)])
+    for j, name in enumerate(aggregates):
+        w.line(f"{name} = {name}.to({acc_type(p, j)})")
     _publish(w, p, aggregates, prefix=False)
 
 
 def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
-    """Inside ``if LOOKBACK:``, after :func:`emit_publish_aggregate` and the tile's own scan: set the
-    carries to the exclusive prefix of the tile (every element of the row before it) and publish the tile's
-    inclusive prefix (unless ``PUBLISH_PREFIX`` is off, which tests use to walk back over aggregates alone)."""
+    """Inside ``if LOOKBACK:``, after the tile's own scan: set the carries to the exclusive prefix of the tile
+    (every element of the row before it) and publish the tile's inclusive prefix (unless ``PUBLISH_PREFIX`` is
+    off, which tests use to walk back over aggregates alone). Uses ``slot`` and ``aggregate`` from
+    :func:`emit_publish_aggregate`, emitted earlier in this kernel under ``if LOOKBACK:`` (a constexpr, so
+    one block's names reach the other)."""
     ctx.use_helpers(["tc_last"])
     carries, aggregates = fields("carry", p.width), fields("aggregate", p.width)
     w.comment("the prefix of the tiles before this one")

@@ -26,7 +26,8 @@ from .writer import Names, Writer
 _SCHEDULES = {"map": (schedule.schedule_map,), "reduce": (schedule.schedule_reduce, schedule.split_rows),
               "scan": (schedule.schedule_scan,)}
 _RESERVED = {"torch", "triton", "tl", "launch", "kernel", "combine", "schedule_map", "schedule_reduce", "split_rows",
-             "schedule_scan", "_zeroed", "_num_sms", "_needs_int64", "_ZEROED", "_NUM_SMS", "libdevice",
+             "schedule_scan", "_tickets", "_num_sms", "_needs_int64", "_TICKETS", "_NUM_SMS", "libdevice",
+             "threading", "_StatusWords", "_status_words", "_STATUS_WORDS",
              "TC_COMPILED", "_check_inputs", "_check_layout", "InterpretedFunction",
              "_empty", "os", "tuning_space", "_TUNERS", "TUNING", "_tuning", "_start_tuning", "_bench_config", "_tuner",
              "grid", "args", "cfg", "space", "tune", "prepare", "_Launcher", "_broadcast", "_no_hooks", "_reset_scratch"}
@@ -72,7 +73,7 @@ def emit_module(p: KernelPlan) -> str:
     w.line("tensors, import this module with Triton's interpreter on (TRITON_INTERPRET=1 set before importing")
     w.line("triton).")
     w.line('"""')
-    w.lines(["import os", "", "import torch", "import triton", "import triton.language as tl", "import triton.testing",
+    w.lines(["import os", "import threading", "", "import torch", "import triton", "import triton.language as tl", "import triton.testing",
              "from triton.runtime.interpreter import InterpretedFunction"] + inlined.imports)
     if inlined.constants:
         w.line()

@@ -175,7 +175,8 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
     :func:`expand` and :func:`totalize`)."""
     ordered = [isinstance(s, Reduce) and not s.index and not operator_commutes(s)
                for s in pipeline.stages if isinstance(s, (Reduce, Scan))]  # (before the rewrites add flags)
-    scan_commutes = any(isinstance(s, Scan) and not s.index and operator_commutes(s) for s in pipeline.stages)
+    scans = [s for s in pipeline.stages if isinstance(s, Scan)]  # at most one (verify refuses more)
+    scan_commutes = bool(scans) and not scans[0].index and operator_commutes(scans[0])
     pipeline = totalize(expand(pipeline))
     at, stage = combine_stage(pipeline)
     then_at, then = combine_stage(pipeline, at + 1)

@@ -63,13 +63,14 @@ def schedule_scan(M, K, inner, num_sms, interpret, one_word=False):
     When the row tiles are too few to fill the GPU and long, ``LOOKBACK`` gives each program one tile of
     ``BLOCK_K`` elements, its prefix found by the decoupled look-back over ``WINDOW`` predecessors at a time;
     ``PUBLISH_PREFIX`` off (tests only) makes every look-back walk back over aggregates to the row's start.
-    A look-back over one 32-bit field (``one_word``) caps the registers a thread at 72 (``maxnreg``), so that
-    more tiles fit on an SM: 4096 x 4 warps took 80 and P4 0.689 ms, capped 0.658 ms
-    (``bench/experiments/lookback_variants.py regs``).
+    A look-back over one 32-bit field (``one_word``) caps the registers per thread at 72 (``maxnreg``), so that
+    more tiles fit on an SM: in the stand-alone prototype, 4096 x 4 warps took 80 and P4 0.689 ms, capped 0.658
+    ms (``bench/experiments/lookback_variants.py regs``). tricomb's kernel did not repeat the gain (P4 0.691 ms
+    capped against 0.684 ms before, with other changes between: bench/NOTES.md).
     """
     limit = 1 << 16 if interpret else 4096
     k_pow = max(triton.next_power_of_2(max(K, 1)), 2)
-    look_back = {"LOOKBACK": False, "WINDOW": 32, "PUBLISH_PREFIX": True}
+    look_back = {"LOOKBACK": False, "WINDOW": 16, "PUBLISH_PREFIX": True}
     if inner:
         block_k = min(k_pow, limit if interpret else 1024)
         block_m = max(min(limit // block_k, triton.next_power_of_2(max(M, 1)), 1 if not interpret else limit), 1)
@@ -79,8 +80,7 @@ def schedule_scan(M, K, inner, num_sms, interpret, one_word=False):
     if not interpret and triton.cdiv(M, block_m) < num_sms and K >= 16 * limit:
         block_k = limit // block_m
         cap = {"maxnreg": 72} if one_word else {}
-        return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back, "LOOKBACK": True, "WINDOW": 16,
-                **cap}
+        return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back, "LOOKBACK": True, **cap}
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back}
 
 
