@@ -242,3 +242,26 @@ def test_laws_are_checked_on_tuples_mixing_bool_and_number_fields():
     assert laws.associative and laws.commutative
     with pytest.raises(tc.LawError, match="not associative"):
         tc.check_laws(lambda a, b, c, d: (a - c, b | d), identity=(0, False))
+
+
+def test_an_identity_is_checked_on_every_field_when_the_first_is_a_bool():
+    """With a bool first field, the check of a number field's identity was skipped: (False, 0.5) passed, and a
+    scan from it added 0.5 to every element."""
+    op = lambda c1, a1, c2, a2: (tc.logical_or(c1, c2), a1 + a2)  # noqa: E731
+    assert tc.check_laws(op, (False, 0.0)).associative
+    for wrong in [(False, 0.5), (False, float("nan"))]:
+        with pytest.raises(tc.LawError, match="is not an identity"):
+            tc.check_laws(op, wrong)
+
+
+def test_identities_are_checked_as_values_of_their_fields():
+    """An identity that is not a number is an ArgumentError (check_laws raised torch's TypeError); a list is a
+    tuple, as in scan; a bool identity for number values is refused before launch (its field was sampled as
+    truth values alone, so an operator that is not associative passed)."""
+    add_pairs = lambda a1, b1, a2, b2: (a1 + a2, b1 + b2)  # noqa: E731
+    for bad in [(0.0, None), (False, "0")]:
+        with pytest.raises(tc.ArgumentError, match="identity= must be a Python number"):
+            tc.check_laws(add_pairs, bad)
+    assert tc.check_laws(add_pairs, [0.0, 0.0]).commutative
+    with pytest.raises(tc.DTypeError, match="identity=False gives False for float32 values; give a number"):
+        tc.scan(lambda x, y: x * x + y * y, identity=False)(torch.tensor([0.5, 2.0, 3.0]))

@@ -117,3 +117,15 @@ def test_a_reduce_that_does_not_commute_after_a_scan_keeps_the_order(device):
         last = (tc.cumsum(axis=1) >> tc.reduce(lambda a, b: b, axis=1))(x)
     assert torch.equal(first.cpu(), x.cpu()[:, 0])
     torch.testing.assert_close(last.cpu(), x.cpu().sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_reduce_that_does_not_commute_after_a_reversed_scan_is_refused():
+    """A reversed scan hands the fused reduce its values from the last to the first; a reduce whose operator does
+    not commute would then take the wrong end ((cumsum(reverse) | reduce((a, b) -> b)) of [1, 0] gave 1, torch's
+    answer is 0). It is refused when built; a commuting reduce after a reversed scan stays fused."""
+    with pytest.raises(tc.UnsupportedError, match="does not commute"):
+        tc.cumsum(reverse=True) >> tc.reduce(lambda a, b: b, axis=-1)
+    with pytest.raises(tc.UnsupportedError, match="split it into two pipelines"):
+        tc.parse("cumprod(reverse=True, exclusive=True) | reduce ((a, b) -> a)(axis=-1)")
+    x = torch.tensor([[1.0, 0.0, 2.0]])
+    assert (tc.cumsum(reverse=True) >> tc.max(axis=-1))(x).tolist() == [3.0]

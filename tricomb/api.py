@@ -11,6 +11,7 @@ from .errors import (ArgumentError, AxisError, DTypeError, TricombError, Unsuppo
                      too_deeply_nested)
 from .lower.fuse import KernelPlan, describe
 from .pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
+from .pipeline.operators import normalized_identity
 from .pipeline.printer import pipeline_text
 from .pipeline.shorthands import SHORTHANDS, Shorthand
 from .pipeline.verify import operator_spec, verify
@@ -166,17 +167,8 @@ def build_scan(op, axis, where, dtype=None, reverse: bool = False, exclusive: bo
 
 
 def _identity(identity, where):
-    """An operator's ``identity=``: None, a Python number, or a tuple of them (one per field of an operator on
-    tuples; a list is taken as a tuple)."""
-    if identity is None or isinstance(identity, (bool, int, float)):
-        return identity
-    listed = isinstance(identity, (tuple, list))
-    numbers_only = [v for v in identity if isinstance(v, (bool, int, float))] if listed \
-        else []  # (this module's own all/any are the shorthands)
-    if listed and identity and len(numbers_only) == len(identity):
-        return identity[0] if len(identity) == 1 else tuple(identity)
-    raise ArgumentError(f"identity= must be a Python number (the e with e op x == x), or a tuple of numbers for an "
-                       f"operator on tuples; got {identity!r}", where)
+    """An operator's ``identity=``, checked (:func:`~tricomb.pipeline.operators.normalized_identity`)."""
+    return normalized_identity(identity, where)
 
 
 def _dtype(dtype, where) -> torch.dtype | None:

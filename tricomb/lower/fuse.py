@@ -150,7 +150,12 @@ def combined_dtypes(pipeline: PipelineIR, binding: Binding, at: int) -> tuple[to
 
 
 def _check_identity_fits(stage, accs: tuple[torch.dtype, ...]) -> None:
+    """Each field's identity is a value of the field's dtype: an integer within its range, and a bool only for
+    bool values (the law check samples a field with a bool identity as truth values alone)."""
     for e, acc in zip(identities(stage.identity), accs):
+        if isinstance(e, bool) and acc != torch.bool:
+            raise DTypeError(f"identity={stage.identity!r} gives {e!r} for {str(acc)[6:]} values; give a number "
+                             f"({int(e)} is the same value as a number)", stage.location)
         value = typed_identity(e, acc)
         if not acc.is_floating_point and acc != torch.bool and not (
                 torch.iinfo(acc).min <= value <= torch.iinfo(acc).max):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import LawError
+from ..errors import ArgumentError, LawError
 from ..scalar.dtypes import typed_identity
 from ..scalar.ir import Call, Function, walk
 
@@ -77,6 +77,19 @@ def _apply(fn: Function, a: list, b: list) -> list[torch.Tensor]:
         kinds = ", ".join(str(t.dtype)[6:] for t in [*a, *b])
         raise LawError(f"operator {fn.name!r} cannot be evaluated by torch on ({kinds}) values: {exc}",
                        fn.location) from None
+
+
+def normalized_identity(identity, location=None):
+    """An operator's ``identity=`` checked: None, a Python number, or a tuple of them (one per field of an
+    operator on tuples; a list is taken as a tuple, a 1-tuple as its value). Raises :class:`ArgumentError`
+    otherwise."""
+    if identity is None or isinstance(identity, (bool, int, float)):
+        return identity
+    listed = isinstance(identity, (tuple, list))
+    if listed and identity and all(isinstance(v, (bool, int, float)) for v in identity):
+        return identity[0] if len(identity) == 1 else tuple(identity)
+    raise ArgumentError(f"identity= must be a Python number (the e with e op x == x), or a tuple of numbers for an "
+                        f"operator on tuples; got {identity!r}", location)
 
 
 def identities(identity) -> tuple:
@@ -140,9 +153,11 @@ def check_laws(op, identity=None, name: str | None = None, location=None) -> Law
     ``op`` is anything ``reduce`` accepts as an operator. Raises :class:`LawError` when ``(a op b) op c`` and
     ``a op (b op c)`` differ on the sample, naming a counterexample (the message points at the tuple, linear
     recurrence, form for the common case ``alpha * a + b``), when ``identity`` is not one, or when the
-    operator's arity is not twice its number of results.
+    operator's arity is not twice its number of results, and :class:`ArgumentError` when ``identity`` is not a
+    number or a tuple of numbers.
     """
     from ..scalar.trace import to_function
+    identity = normalized_identity(identity, location)
     fn = op if isinstance(op, Function) else to_function(op, role="the operator", location=location)
     width = len(fn.outputs)
     if fn.arity != 2 * width:
@@ -164,7 +179,8 @@ def check_laws(op, identity=None, name: str | None = None, location=None) -> Law
                 f"c={_text(c, i)}, (a op b) op c = {_text(left, i)} but a op (b op c) = {_text(right, i)}. A "
                 f"reduce or scan combines in a tree, so its operator must be associative{_law_hint(fn)}", location)
         commutative = commutative and _first_difference(_apply(fn, a, b), _apply(fn, b, a)) is None
-        if identity is not None and (a[0].is_floating_point() or _integral(identities(identity))):
+        floats = any(t.is_floating_point() for t in a)  # the float sample (bool fields hold truth values)
+        if identity is not None and (floats or _integral(identities(identity))):
             _check_identity(fn, identities(identity), a, name, location)
     return Laws(True, commutative)
 

@@ -163,8 +163,8 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
     Raises :class:`ArityError` for a function or operator whose argument count does not fit its stage (an
     operator on k-tuples takes 2k arguments and needs a k-field stream), :class:`LawError` for a user operator
     that is not associative or whose identity is not one, and :class:`UnsupportedError` for what this version
-    cannot compile: a user operator without identity=, a non-commuting reduce operator, or more than one reduce
-    or scan.
+    cannot compile: a user operator without identity=, a non-commuting reduce operator, more than one reduce
+    or scan, or a reduce whose operator does not commute after a reversed scan.
     """
     combines: list[Stage] = []
     widths = [0] + stream_widths(pipeline.stages)
@@ -180,6 +180,10 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
             raise UnsupportedError(f"this {kind} is the pipeline's second reduce or scan; one pipeline holds one, "
                                    "or a scan and then a reduce over the scanned axis. Split it into two pipelines",
                                    stage.location)
+        if scan_then_reduce and combines[0].reverse and not operator_commutes(stage):
+            raise UnsupportedError("this reduce's operator does not commute, and the reversed scan before it "
+                                   "hands it the scanned values from the last to the first, not in index order; "
+                                   "split it into two pipelines (the scan, then the reduce)", stage.location)
     return pipeline
 
 
