@@ -265,3 +265,13 @@ def test_identities_are_checked_as_values_of_their_fields():
     assert tc.check_laws(add_pairs, [0.0, 0.0]).commutative
     with pytest.raises(tc.DTypeError, match="identity=False gives False for float32 values; give a number"):
         tc.scan(lambda x, y: x * x + y * y, identity=False)(torch.tensor([0.5, 2.0, 3.0]))
+
+
+def test_integer_operators_with_an_identity_are_checked_on_integers(device):
+    """A bitwise operator given identity= cannot be evaluated on the float sample; it is checked on the integer
+    sample alone (it was refused). A fractional identity still makes it a float operator, refused."""
+    x = torch.tensor([1, 2, 4, 8], device=device)
+    assert tc.scan(tc.bitwise_or, identity=0)(x).tolist() == [1, 3, 7, 15]
+    assert tc.reduce(lambda a, b: a & b, identity=-1)(x + 16).item() == 16
+    with pytest.raises(tc.LawError, match="is not associative"):
+        tc.scan(lambda a, b: (a | b) - 1, identity=0)
