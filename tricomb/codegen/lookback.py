@@ -10,10 +10,10 @@ launches need no clearing:
 * ``ready + 1``: the tile's inclusive prefix (every element up to its end) is out.
 
 A tile publishes its aggregate (before its own scan when the operator commutes, after it otherwise), then looks
-back over a window of ``WINDOW`` predecessors at a time: it
-waits until each has published something, folds in order the newest inclusive prefix and the aggregates after
-it, and stops at that prefix (or at the row's start); then it publishes its own inclusive prefix. A tile waits
-only on tiles numbered before it: lower program ids, which the GPU starts first.
+back over a window of ``WINDOW`` predecessors at a time: it waits until each has published something, folds in
+order the newest inclusive prefix and the aggregates after it, and stops at that prefix (or at the row's
+start); then it publishes its own inclusive prefix. A tile waits only on tiles numbered before it: lower
+program ids, which the GPU starts first.
 
 A status word and the value it announces are always read together:
 
