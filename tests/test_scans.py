@@ -151,22 +151,50 @@ def test_look_back_packs_one_32_bit_field_with_its_status(tiles, device):
 
 @pytest.mark.parametrize("tiles", [LOOKBACK_TILES, {**LOOKBACK_TILES, "PUBLISH_PREFIX": False}],
                          ids=["prefixes", "aggregates-only"])
-def test_look_back_of_tuples_and_wide_fields_publishes_values_beside_a_fenced_status_word(tiles, device):
-    """A scan of (int32 running max, float32 sum, bool or) triples, and a float64 cumsum, cannot pack a value
-    with its status: the values are stored, then the status word released (and read in the other order). Each
+def test_look_back_packs_two_or_three_32_bit_fields_with_their_status_in_one_16_byte_word(tiles, device):
+    """(int32 running max, float32 sum, bool or) triples and a linear recurrence's float32 pairs travel with their
+    status in one 16-byte word: negative int32 values, infinities, NaN and bools survive the packing, and each
     field matches torch's scan of it alone."""
     x = torch.randint(-1000, 1000, (3, 41), dtype=torch.int32, device=device)
     f = torch.randn(3, 41, device=device)
+    f[0, 7], f[2, 30] = float("inf"), float("nan")
     triples = tc.zip_with(lambda v, w: (v, w, v > 500)) >> tc.scan(
         lambda a, b, c, d, e, g: (tc.maximum(a, d), b + e, c | g), identity=(-2**31, 0.0, False), axis=1)
-    assert 'tl.atomic_xchg(flags + slot, (ready).to(tl.int64), mask=row_mask, sem="release")' in triples.source(x, f)
+    recurrence = tc.library.linear_recurrence(axis=1) >> tc.map(lambda h, decays: h)
+    source = triples.source(x, f)
+    assert "tc_put_status16(flags, slot, ready" in source and 'sem="release"' not in source
+    decays = torch.rand(3, 41, device=device)
     with schedule_overrides(**tiles):
         running, sums, seen = triples(x, f)
-        wide = tc.cumsum(axis=1)(f.double())
+        state = recurrence(f.nan_to_num(0.0, 0.0, 0.0), decays)
     assert torch.equal(running.cpu(), torch.cummax(x.cpu(), 1).values)
-    torch.testing.assert_close(sums.cpu(), torch.cumsum(f.cpu(), 1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(sums.cpu(), torch.cumsum(f.cpu(), 1), rtol=1e-5, atol=1e-5, equal_nan=True)
     assert torch.equal(seen.cpu(), torch.cummax((x.cpu() > 500).int(), 1).values.bool())
-    torch.testing.assert_close(wide.cpu(), torch.cumsum(f.cpu().double(), 1), rtol=1e-12, atol=1e-12)
+    want = torch.zeros(3, dtype=torch.float64)
+    for k, (v, d) in enumerate(zip(f.cpu().nan_to_num(0.0, 0.0, 0.0).double().T, decays.cpu().double().T)):
+        want = want * d + v
+        torch.testing.assert_close(state[:, k].cpu().double(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("tiles", [LOOKBACK_TILES, {**LOOKBACK_TILES, "PUBLISH_PREFIX": False}],
+                         ids=["prefixes", "aggregates-only"])
+def test_look_back_of_wide_fields_and_four_fields_publishes_values_beside_a_fenced_status_word(tiles, device):
+    """A float64 cumsum and a scan of four fields cannot pack their values with the status: the values are
+    stored, then the status word released (and read in the other order). Each field matches torch's."""
+    f = torch.randn(3, 41, device=device)
+    quads = tc.map(lambda v: (v, v, v, v)) >> tc.scan(
+        lambda a, b, c, d, e, g, h, i: (a + e, tc.maximum(b, g), tc.minimum(c, h), i), axis=1)
+    wide = tc.cumsum(axis=1)
+    for source in (quads.source(f), wide.source(f.double())):
+        assert 'tl.atomic_xchg(flags + slot, (ready).to(tl.int64), mask=row_mask, sem="release")' in source
+    with schedule_overrides(**tiles):
+        sums, highs, lows, last = quads(f)
+        sums64 = wide(f.double())
+    torch.testing.assert_close(sums.cpu(), torch.cumsum(f.cpu(), 1), rtol=1e-5, atol=1e-5)
+    assert torch.equal(highs.cpu(), torch.cummax(f.cpu(), 1).values)
+    assert torch.equal(lows.cpu(), torch.cummin(f.cpu(), 1).values)
+    assert torch.equal(last.cpu(), f.cpu())
+    torch.testing.assert_close(sums64.cpu(), torch.cumsum(f.cpu().double(), 1), rtol=1e-12, atol=1e-12)
 
 
 def test_look_back_is_not_used_when_a_row_fits_one_tile(device):

@@ -30,12 +30,13 @@ def _tile_address(rows: dict[str, str], ks: dict[str, str], slots) -> dict[str, 
     return {s.name: f"({rows[s.name]}[:, None] + {ks[s.name]}[None, :])" for s in slots}
 
 
-def _before_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: str) -> list[Value]:
-    """Inside the loop over K: load the inputs that join before the combine, apply the stages before it, and
-    return the stream's fields (with a declared share, the stream before the lift, which the fold applies
-    itself)."""
+def _before_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: str,
+                    whole: str | None = None) -> list[Value]:
+    """Inside the loop over K: load the inputs that join before the combine (unmasked when ``whole`` holds:
+    :func:`~tricomb.codegen.kernel.emit_loads`), apply the stages before it, and return the stream's fields
+    (with a declared share, the stream before the lift, which the fold applies itself)."""
     before = [s for s in p.inputs if not s.after]
-    values = emit_loads(w, ctx, p, before, _tile_address(rows, ks, before), mask)
+    values = emit_loads(w, ctx, p, before, _tile_address(rows, ks, before), mask, whole)
     if p.share is None:
         return emit_stages(w, ctx, p, p.before, 0, first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
     lift = len(p.before) - 1
@@ -64,11 +65,11 @@ def _fold_max_first(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str
 
 
 def _after_combine(w: Writer, ctx: ScalarContext, p: KernelPlan, names: list[str], address, mask: str,
-                   shape: str) -> list[Value]:
+                   shape: str, whole: str | None = None) -> list[Value]:
     """Stages after the reduce/scan, on the combined fields ``names``, with the inputs that join there loaded at
-    ``address``."""
+    ``address`` (unmasked when ``whole`` holds)."""
     after = [s for s in p.inputs if s.after and not s.late]
-    values = emit_loads(w, ctx, p, after, address, mask)
+    values = emit_loads(w, ctx, p, after, address, mask, whole)
     b = p.binding
     rank = b.rank - len(b.axes) if p.kind == "reduce" and not p.combine.keepdim else b.rank
     stream = [Value(n, dtype, rank == 0) for n, dtype in zip(names, p.combined_dtypes)]
@@ -171,6 +172,14 @@ def _scan_positions(w: Writer, p: KernelPlan, reduced: list[int]) -> tuple[dict,
     return reads, writes, read_mask
 
 
+def _whole_tile(w: Writer, p: KernelPlan) -> None:
+    """``whole``: this step's tile lies inside the tensor, every lane of its reads and writes in bounds (an
+    exclusive scan's first step reads one place before the row: never whole)."""
+    first = " & (k0 >= 1)" if p.combine.exclusive else ""
+    w.line(f"whole = (k0 + BLOCK_K <= K) & (pid * BLOCK_M + BLOCK_M <= M){first}",
+           comment="every lane of this tile is in bounds")
+
+
 def _positions(w: Writer, p: KernelPlan) -> Value:
     """For cummax/cummin: each read element's int64 position along the axis (``src`` when reversed or exclusive,
     else ``ks``), as a tile."""
@@ -230,7 +239,8 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
     with w.block("for k0 in range(k_first, k_stop, BLOCK_K):"):
         w.line("ks = k0 + tl.arange(0, BLOCK_K)")
         reads, ks, read_mask = _scan_positions(w, p, reduced)
-        values = _before_combine(w, ctx, p, rows, reads, read_mask)
+        _whole_tile(w, p)
+        values = _before_combine(w, ctx, p, rows, reads, read_mask, "whole")
         w.comment(f"stage {len(p.before)}: {stage_text(p.combine)}")
         if p.index_scan:
             values = values + [_positions(w, p)]
@@ -252,7 +262,7 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
                 w.line(f"{carry} = tc_last({field}, BLOCK_K).to({acc_type(p, j)})",
                        comment="masked lanes hold the identity" if j == 0 else None)
         address = _tile_address(rows, ks, [s for s in p.slots if s.after])
-        value = _after_combine(w, ctx, p, scanned, address, "mask", "[BLOCK_M, BLOCK_K]")
+        value = _after_combine(w, ctx, p, scanned, address, "mask", "[BLOCK_M, BLOCK_K]", "whole")
         if fused is None:
             store(w, ctx, p, value, address, "mask")
         else:

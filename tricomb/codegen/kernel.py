@@ -80,14 +80,28 @@ def emit_offsets(w: Writer, index: str, groups: list[int], slots, tag: str,
 
 
 def emit_loads(w: Writer, ctx: ScalarContext, p: KernelPlan, slots, address: dict[str, str],
-               mask: str) -> dict[str, Value]:
-    """Load each slot at its address expression, converted to its compute dtype."""
+               mask: str, whole: str | None = None) -> dict[str, Value]:
+    """Load each slot at its address expression, converted to its compute dtype. With ``whole`` (a scalar
+    condition that implies ``mask`` holds everywhere), a whole tile is loaded without the mask: Triton sets
+    each lane of a masked load to ``other`` before loading it, and ptxas then issues the loads in two waves, the
+    second after the first one's values are used, so a tile waits for memory twice (P4's look-back scan, SASS
+    compiled for sm_90: bench/NOTES.md). Unmasked, every load of the tile is issued before any use."""
     values = {}
     ranks = dict(zip((s.name for s in p.inputs), p.binding.ranks))
+    loads = {s.name: f"tl.load({s.name} + {address[s.name]}, mask={mask}, other=0)" for s in slots}
+    if whole is not None and slots:
+        held = {s.name: from_storage(ctx, "x", s.dtype) == "x" for s in slots}  # no conversion after the load
+        names = {name: f"x_{name}" if held[name] else f"raw_{name}" for name in loads}
+        with w.block(f"if {whole}:"):
+            w.comment("a whole tile: no mask, so every load is issued before any use")
+            w.lines([f"{names[s.name]} = tl.load({s.name} + {address[s.name]})" for s in slots])
+        with w.block("else:"):
+            w.lines([f"{names[name]} = {load}" for name, load in loads.items()])
+        loads = {name: None if held[name] else names[name] for name in loads}
     for slot in slots:
         var = f"x_{slot.name}"
-        load = f"tl.load({slot.name} + {address[slot.name]}, mask={mask}, other=0)"
-        w.line(f"{var} = {from_storage(ctx, load, slot.dtype)}")
+        if loads[slot.name] is not None:
+            w.line(f"{var} = {from_storage(ctx, loads[slot.name], slot.dtype)}")
         values[slot.name] = Value(var, slot.dtype, ranks[slot.name] == 0)
     return values
 

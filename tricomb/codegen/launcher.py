@@ -10,7 +10,7 @@ from ..lower.fuse import KernelPlan
 from ..pipeline.ir import Reduce
 from ..scalar.dtypes import held_dtype
 from .kernel import fields, group_size, group_stride, kernel_parameters
-from .lookback import packs
+from .lookback import packing, packs
 from .writer import Writer
 
 RUNTIME_HELPERS = '''
@@ -47,9 +47,8 @@ def _tuner(space, key, look_back):
     ``look_back`` it zeroes the status words (``flags``) before each timed launch: they all pass one status."""
     name = (tuple(tuple(sorted(c.items())) for c in space), look_back)
     if name not in _TUNERS:
-        options = ("num_warps", "maxnreg")  # compile options, not meta-parameters
-        configs = [triton.Config({k: v for k, v in c.items() if k not in options}, num_warps=c["num_warps"],
-                                 maxnreg=c.get("maxnreg")) for c in space]
+        configs = [triton.Config({k: v for k, v in c.items() if k != "num_warps"}, num_warps=c["num_warps"])
+                   for c in space]
         _TUNERS[name] = triton.autotune(configs=configs, key=key, cache_results=True, do_bench=_bench_config,
                                         reset_to_zero=["flags"] if look_back else None,
                                         prune_configs_by={"early_config_prune": _start_tuning})(kernel)
@@ -364,10 +363,11 @@ def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
     with w.block("if cfg['LOOKBACK']:"):
         w.comment("one tile per program; per tile its status words and the values they announce (decoupled look-back)")
         w.line("tiles = triton.cdiv(M, cfg['BLOCK_M']) * cfg['BLOCK_M'] * triton.cdiv(K, min(c['BLOCK_K'] for c in space))")
-        w.line("status = _status_words(in0.device, tiles)", comment="and the status each launch publishes")
+        words = {2: "2 * tiles"}.get(packing(p), "tiles")
+        w.line(f"status = _status_words(in0.device, {words})", comment="and the status each launch publishes")
         w.line("flags = status.words")
-        if packs(p):
-            w.line(f"{' = '.join(announced)} = flags", comment="unused: each value travels in its status word")
+        if packing(p):
+            w.line(f"{' = '.join(announced)} = flags", comment="unused: the values travel in their status word")
         else:
             for name, dtype in zip(announced, p.acc_dtypes * 2):
                 w.line(f"{name} = torch.empty(tiles, dtype={held_dtype(dtype)}, device=in0.device)")

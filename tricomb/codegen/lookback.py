@@ -15,15 +15,17 @@ order the newest inclusive prefix and the aggregates after it, and stops at that
 start); then it publishes its own inclusive prefix. A tile waits only on tiles numbered before it: lower
 program ids, which the GPU starts first.
 
-A status word and the value it announces are always read together:
+A status word and the values it announces are always read together (:func:`packing`):
 
 * one field of 32 bits or fewer (a float32 or int32 sum, say) is packed with its status into one 64-bit word,
   written and read in one access (the status in the high half, the value's bits in the low half), no fence;
-* otherwise (a k-tuple, a 64-bit field) the values are written to ``aggregates``/``prefixes`` before the one
-  status word (a CTA barrier, then a release) and read after it (an acquire, then a barrier), and are never
-  overwritten within a launch. Packing each 32-bit field of a tuple with its own copy of the status (k words,
-  or k aggregate and k prefix words, each written once) measured slower on P10's pairs: 0.378 ms (550e17e)
-  against 0.308 ms fenced (a2b3357), the schedule otherwise the same (bench/NOTES.md).
+* two or three such fields (a linear recurrence's pairs, say) share one 16-byte word with their status: the
+  status, then each field's bits, written in one 16-byte store and read in one 16-byte load (an aligned
+  16-byte access is performed as one, which CUB's tile status words rely on too), no fence. On P10's pairs
+  this took 0.275 ms against 0.309 ms for the fenced scheme below (``bench/experiments/scan_ab.py``);
+* otherwise (four fields or more, a 64-bit field) the values are written to ``aggregates``/``prefixes`` before
+  the one status word (a CTA barrier, then a release) and read after it (an acquire, then a barrier), and are
+  never overwritten within a launch.
 """
 from __future__ import annotations
 
@@ -36,35 +38,55 @@ from .kernel import fields
 from .scalar import ScalarContext
 from .writer import Writer
 
-
 _LOW = "0xFFFFFFFF"
+_SMALL = (torch.float32, torch.int32, torch.bool)
+
+
+def packing(p: KernelPlan) -> int:
+    """How many 64-bit words of ``flags`` a tile's status takes, its values packed beside it: 1 for one field of
+    32 bits or fewer, 2 (one 16-byte word) for two or three such fields, 0 when the values are kept apart under
+    a fenced status word (one 64-bit word)."""
+    if not all(held_dtype(d) in _SMALL for d in p.acc_dtypes):
+        return 0
+    return 1 if p.width == 1 else 2 if p.width <= 3 else 0
 
 
 def packs(p: KernelPlan) -> bool:
     """Whether the scan's accumulator is one field of 32 bits or fewer, packed with its status in one word."""
-    return p.width == 1 and held_dtype(p.acc_dtype) in (torch.float32, torch.int32, torch.bool)
+    return packing(p) == 1
+
+
+def _bits32(dtype: torch.dtype, value: str) -> str:
+    """The 32 bits of a float32, int32 or bool ``value`` as an int32."""
+    return {torch.float32: f"{value}.to(tl.int32, bitcast=True)", torch.int32: value,
+            torch.bool: f"{value}.to(tl.int32)"}[held_dtype(dtype)]
+
+
+def _from_bits32(dtype: torch.dtype, bits: str) -> str:
+    """The float32, int32 or bool value whose bits are the int32 ``bits``."""
+    return {torch.float32: f"{bits}.to(tl.float32, bitcast=True)", torch.int32: bits,
+            torch.bool: f"({bits} != 0)"}[held_dtype(dtype)]
 
 
 def _bits(p: KernelPlan, value: str) -> str:
     """The 64-bit word holding ``value``'s 32 bits in its low half."""
-    dtype = held_dtype(p.acc_dtype)
-    bits = {torch.float32: f"{value}.to(tl.int32, bitcast=True)", torch.int32: value,
-            torch.bool: f"{value}.to(tl.int32)"}[dtype]
-    return f"({bits}.to(tl.int64) & {_LOW})"
+    return f"({_bits32(p.acc_dtype, value)}.to(tl.int64) & {_LOW})"
 
 
 def _unbits(p: KernelPlan, word: str) -> str:
     """The value whose bits are the low half of ``word``."""
-    bits = f"({word} & {_LOW}).to(tl.int32)"
-    dtype = held_dtype(p.acc_dtype)
-    return {torch.float32: f"{bits}.to(tl.float32, bitcast=True)", torch.int32: bits,
-            torch.bool: f"({bits} != 0)"}[dtype]
+    return _from_bits32(p.acc_dtype, f"({word} & {_LOW}).to(tl.int32)")
 
 
 def _publish(w: Writer, p: KernelPlan, values: list[str], prefix: bool) -> None:
     """Publish this tile's aggregate (or with ``prefix`` its inclusive prefix), one value per field, at
     ``slot``."""
     status = "ready + 1" if prefix else "ready"
+    if packing(p) == 2:
+        bits = [_bits32(d, v) for d, v in zip(p.acc_dtypes, values)] + ["0"] * (3 - len(values))
+        w.line(f"tc_put_status16(flags, slot, {status}, {', '.join(bits)}, row_mask)",
+               comment="the status and the values in one 16-byte store")
+        return
     if packs(p):
         w.line(f'tl.atomic_xchg(flags + slot, ({status}).to(tl.int64) << 32 | {_bits(p, values[0])}, '
                'mask=row_mask, sem="relaxed")', comment="the status in the high half, the value in the low half")
@@ -81,6 +103,9 @@ def _wait_for_window(w: Writer, p: KernelPlan) -> None:
     if packs(p):
         reads = ["words = tl.load(flags + peers, mask=live, other=0, volatile=True)",
                  "status = tl.where(live, words >> 32, ready)"]
+    elif packing(p) == 2:
+        reads = ["status, bits0, bits1, bits2 = tc_get_status16(flags, tl.where(live, peers, 0))",
+                 "status = tl.where(live, status, ready)"]
     else:
         reads = ['status = tl.where(live, tl.atomic_add(flags + peers, 0, mask=live, sem="acquire"), ready)']
     reads.append("waiting = tl.reduce(status, None, tl.standard._elementwise_min) < ready")
@@ -88,7 +113,7 @@ def _wait_for_window(w: Writer, p: KernelPlan) -> None:
     with w.block("while waiting:"):
         w.comment("a predecessor has published nothing yet: it is running (it started first); read again")
         w.lines(reads)
-    if not packs(p):
+    if not packing(p):
         w.line("tl.debug_barrier()", comment="the values announced are read after every status word")
 
 
@@ -98,6 +123,10 @@ def _window_parts(w: Writer, p: KernelPlan) -> list[str]:
         w.line(f"part = tl.where(from_prefix | from_aggregate, {_unbits(p, 'words')}, {identity_text(p)})")
         return ["part"]
     parts = fields("part", p.width)
+    if packing(p) == 2:
+        w.lines([f"{part} = tl.where(from_prefix | from_aggregate, {_from_bits32(d, f'bits{j}')}, {identity_text(p, j)})"
+                 for j, (part, d) in enumerate(zip(parts, p.acc_dtypes))])
+        return parts
     for j, (part, aggregates, prefixes) in enumerate(zip(parts, fields("aggregates", p.width),
                                                           fields("prefixes", p.width))):
         identity = identity_text(p, j)
@@ -159,7 +188,7 @@ def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
     off, which tests use to walk back over aggregates alone). Uses ``slot`` and ``aggregate`` from
     :func:`emit_publish_aggregate`, emitted earlier in this kernel under ``if LOOKBACK:`` (a constexpr, so
     one block's names reach the other)."""
-    ctx.use_helpers(["tc_last"])
+    ctx.use_helpers(["tc_last"] + (["tc_put_status16", "tc_get_status16"] if packing(p) == 2 else []))
     carries, aggregates = fields("carry", p.width), fields("aggregate", p.width)
     w.comment("the prefix of the tiles before this one")
     w.line("done = (rows >= M) | (chunk == 0)")

@@ -63,10 +63,10 @@ def schedule_scan(M, K, inner, num_sms, interpret, one_word=False):
     When the row tiles are too few to fill the GPU and long, ``LOOKBACK`` gives each program one tile of
     ``BLOCK_K`` elements, its prefix found by the decoupled look-back over ``WINDOW`` predecessors at a time;
     ``PUBLISH_PREFIX`` off (tests only) makes every look-back walk back over aggregates to the row's start.
-    A look-back over one 32-bit field (``one_word``) caps the registers per thread at 72 (``maxnreg``), so that
-    more tiles fit on an SM: in the stand-alone prototype, 4096 x 4 warps took 80 and P4 0.689 ms, capped 0.658
-    ms (``bench/experiments/lookback_variants.py regs``). tricomb's kernel did not repeat the gain (P4 0.691 ms
-    capped against 0.684 ms before, with other changes between: bench/NOTES.md).
+    A look-back over one 32-bit field (``one_word``) takes tiles of 8192 over 4 warps (119 registers a thread,
+    4 blocks an SM), others 4096 over 4 warps: P4 (2**28 float32) took 0.550 ms with 8192 against 0.603 ms with
+    4096, P10's pairs 0.279 and 0.285 ms (H200, ``bench/experiments/scan_ab.py``). The autotuner times the
+    neighbours.
     """
     limit = 1 << 16 if interpret else 4096
     k_pow = max(triton.next_power_of_2(max(K, 1)), 2)
@@ -78,15 +78,13 @@ def schedule_scan(M, K, inner, num_sms, interpret, one_word=False):
         block_m = min(max(triton.next_power_of_2(max(M, 1)), 2), 64 if not interpret else limit // 16)
         block_k = max(min(k_pow, 16 if not interpret else limit // block_m), 2)
     if not interpret and triton.cdiv(M, block_m) < num_sms and K >= 16 * limit:
-        block_k = limit // block_m
-        cap = {"maxnreg": 72} if one_word else {}
-        return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back, "LOOKBACK": True, **cap}
+        block_k = 2 * limit // block_m if one_word else limit // block_m
+        return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back, "LOOKBACK": True}
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back}
 
 
 def tuning_space(cfg, entry):
     """What Triton's autotuner times, around the heuristic's choice ``cfg``: the tile entry ``entry`` halved,
-    kept and doubled, each with 4 and 8 warps (six configs), and the choice's register cap, if any."""
+    kept and doubled, each with 4 and 8 warps (six configs)."""
     size = cfg[entry]
-    cap = {"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg else {}
-    return [{entry: s, "num_warps": w, **cap} for s in (size // 2, size, size * 2) for w in (4, 8) if s >= 16]
+    return [{entry: s, "num_warps": w} for s in (size // 2, size, size * 2) for w in (4, 8) if s >= 16]

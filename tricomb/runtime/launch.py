@@ -43,14 +43,17 @@ _POWERS_OF_TWO = ("BLOCK", "BLOCK_M", "BLOCK_K", "WINDOW", "num_warps")
 def schedule_overrides(**overrides):
     """Within the block, every launch uses these schedule entries instead of the heuristics': ``BLOCK``,
     ``BLOCK_M``, ``BLOCK_K``, ``WINDOW`` and ``num_warps`` (powers of two), ``SPLIT`` (programs per row of a
-    reduce, 1 or more), ``LOOKBACK`` and ``PUBLISH_PREFIX`` (bools). Tests use it to force tiny tiles, split
-    rows and one-pass scans. Raises ValueError for a value outside these."""
+    reduce, 1 or more), ``LOOKBACK`` and ``PUBLISH_PREFIX`` (bools), and ``maxnreg`` (a cap on registers per
+    thread, a compile option: None or 1 or more). Tests use it to force tiny tiles, split rows and one-pass
+    scans; ``bench/experiments`` to time schedules. Raises ValueError for a value outside these."""
     for name, value in overrides.items():
         power = name in _POWERS_OF_TWO
         if power and not (isinstance(value, int) and value >= 1 and value & (value - 1) == 0):
             raise ValueError(f"schedule_overrides: {name}={value!r} must be a power of two (1, 2, 4, ...)")
         if name == "SPLIT" and not (isinstance(value, int) and value >= 1):
             raise ValueError(f"schedule_overrides: SPLIT={value!r} must be an integer of 1 or more")
+        if name == "maxnreg" and not (value is None or isinstance(value, int) and value >= 1):
+            raise ValueError(f"schedule_overrides: maxnreg={value!r} must be None or an integer of 1 or more")
         if name in ("LOOKBACK", "PUBLISH_PREFIX") and not isinstance(value, bool):
             raise ValueError(f"schedule_overrides: {name}={value!r} must be True or False")
     token = _OVERRIDES.set({**_OVERRIDES.get(), **overrides})

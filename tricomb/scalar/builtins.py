@@ -315,6 +315,44 @@ def tc_last(x, N: tl.constexpr):
         r = r.to(tl.int16).to(x.dtype, bitcast=True)
     return r
 ''', ("tc_compiled", "tc_negative_zero")),
+    "tc_put_status16": ('''
+@triton.jit
+def tc_put_status16(flags, slot, status, a, b, c, mask):
+    # a look-back's 16-byte status word ``slot`` (int32 words: the status, then the bits of up to three 32-bit
+    # fields), written in one store where ``mask`` holds. Compiled, one 16-byte vector store in inline PTX (Triton
+    # has no 16-byte store of four int32s); an aligned 16-byte access is performed as one, which CUB's tile
+    # status words rely on too. Under the interpreter, which runs programs one at a time, four stores
+    words = flags.to(tl.pointer_type(tl.int32), bitcast=True) + 4 * slot
+    zero = slot * 0
+    if TC_COMPILED:
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.s32 p, $1, 0; @p st.volatile.global.v4.b32 [$2], {$3, $4, $5, $6}; mov.u32 $0, 0; }",
+            "=r,r,l,r,r,r,r", [mask.to(tl.int32), words, (zero + status).to(tl.int32), (zero + a).to(tl.int32),
+                               (zero + b).to(tl.int32), (zero + c).to(tl.int32)],
+            dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.store(words + 1, zero + a, mask=mask)
+        tl.store(words + 2, zero + b, mask=mask)
+        tl.store(words + 3, zero + c, mask=mask)
+        tl.store(words, (zero + status).to(tl.int32), mask=mask)
+''', ("tc_compiled",)),
+    "tc_get_status16": ('''
+@triton.jit
+def tc_get_status16(flags, at):
+    # the four int32 words of each 16-byte status word ``at`` (every one in bounds), read in one load each
+    # (:data:`tc_put_status16`)
+    words = flags.to(tl.pointer_type(tl.int32), bitcast=True) + 4 * at
+    if TC_COMPILED:
+        status, a, b, c = tl.inline_asm_elementwise(
+            "ld.volatile.global.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [words],
+            dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=False, pack=1)
+    else:
+        status = tl.load(words, volatile=True)
+        a = tl.load(words + 1)
+        b = tl.load(words + 2)
+        c = tl.load(words + 3)
+    return status, a, b, c
+''', ("tc_compiled",)),
     "tc_negative_zero": ('''
 @triton.jit
 def tc_negative_zero(dtype: tl.constexpr):
