@@ -23,9 +23,12 @@ P4_SCHEDULES = [{}, *({"BLOCK_K": k, "num_warps": w, "maxnreg": r, "WINDOW": win
                                            (8192, 8, None, 16), (8192, 4, None, 16), (1024, 2, None, 16),
                                            (8192, 4, None, 32), (8192, 4, 128, 16), (16384, 4, None, 16),
                                            (16384, 8, None, 16)])]
-P10_SCHEDULES = [{}, *({"BLOCK_K": k, "num_warps": w, "WINDOW": win}
-                       for k, w, win in [(4096, 4, 16), (2048, 4, 16), (2048, 2, 16), (4096, 8, 16),
-                                         (8192, 8, 16), (1024, 2, 16), (4096, 4, 32), (8192, 4, 32)])]
+P10_SCHEDULES = [{}, *({"BLOCK_K": k, "num_warps": w, "maxnreg": r, "WINDOW": win}
+                       for k, w, r, win in [(4096, 4, None, 16), (2048, 4, None, 16), (2048, 2, None, 16),
+                                            (4096, 8, None, 16), (8192, 8, None, 16), (1024, 2, None, 16),
+                                            (4096, 4, None, 32), (8192, 4, None, 32), (4096, 4, 96, 16),
+                                            (4096, 4, 80, 16), (4096, 4, 96, 32), (8192, 4, 168, 16),
+                                            (8192, 4, 128, 16), (2048, 2, 96, 16)])]
 P11_SCHEDULES = [{}, *({"BLOCK_K": k, "num_warps": w, "maxnreg": r}
                        for k, w, r in [(4096, 4, None), (2048, 4, None), (4096, 8, None), (8192, 8, None)])]
 

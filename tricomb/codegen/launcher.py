@@ -10,7 +10,7 @@ from ..lower.fuse import KernelPlan
 from ..pipeline.ir import Reduce
 from ..scalar.dtypes import held_dtype
 from .kernel import fields, group_size, group_stride, kernel_parameters
-from .lookback import packing, packs
+from .lookback import packing
 from .writer import Writer
 
 RUNTIME_HELPERS = '''
@@ -47,8 +47,9 @@ def _tuner(space, key, look_back):
     ``look_back`` it zeroes the status words (``flags``) before each timed launch: they all pass one status."""
     name = (tuple(tuple(sorted(c.items())) for c in space), look_back)
     if name not in _TUNERS:
-        configs = [triton.Config({k: v for k, v in c.items() if k != "num_warps"}, num_warps=c["num_warps"])
-                   for c in space]
+        options = ("num_warps", "maxnreg")  # compile options, not meta-parameters
+        configs = [triton.Config({k: v for k, v in c.items() if k not in options}, num_warps=c["num_warps"],
+                                 maxnreg=c.get("maxnreg")) for c in space]
         _TUNERS[name] = triton.autotune(configs=configs, key=key, cache_results=True, do_bench=_bench_config,
                                         reset_to_zero=["flags"] if look_back else None,
                                         prune_configs_by={"early_config_prune": _start_tuning})(kernel)
@@ -417,7 +418,8 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     elif p.kind == "reduce":
         w.line(f"cfg = schedule_reduce(M, K, {inner}, _num_sms(in0.device), interpret, per_tile={p.share is not None})")
     else:
-        w.line(f"cfg = schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret, one_word={packs(p)})")
+        w.line(f"cfg = schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret, packing={packing(p)}, "
+               f"width={p.width})")
     tuned = _TUNED[p.kind]
     w.line("tune = _tuning(interpret, M * K, overrides)")
     w.line("cfg.update(overrides)")

@@ -57,16 +57,24 @@ def split_rows(M, block_m, K, block_k, num_sms):
     return max(min(triton.cdiv(16 * num_sms, row_tiles), triton.cdiv(K, 4 * block_k), 4096), 1)
 
 
-def schedule_scan(M, K, inner, num_sms, interpret, one_word=False):
+def schedule_scan(M, K, inner, num_sms, interpret, packing=0, width=1):
     """Scan ``M`` rows of ``K`` elements: ``BLOCK_M`` rows per program, ``BLOCK_K`` elements per step.
 
     When the row tiles are too few to fill the GPU and long, ``LOOKBACK`` gives each program one tile of
     ``BLOCK_K`` elements, its prefix found by the decoupled look-back over ``WINDOW`` predecessors at a time;
     ``PUBLISH_PREFIX`` off (tests only) makes every look-back walk back over aggregates to the row's start.
-    A look-back over one 32-bit field (``one_word``) takes tiles of 8192 over 4 warps (119 registers a thread,
-    4 blocks an SM), others 4096 over 4 warps: P4 (2**28 float32) took 0.550 ms with 8192 against 0.603 ms with
-    4096, P10's pairs 0.279 and 0.285 ms (H200, ``bench/experiments/scan_ab.py``). The autotuner times the
-    neighbours.
+    The look-back's tile depends on how its status words carry the values (``packing``, of
+    :func:`tricomb.codegen.lookback.packing`) and on the accumulator's fields (``width``), measured on the H200
+    (``bench/experiments/scan_ab.py``):
+
+    * one 32-bit field (``packing`` 1): 8192 elements over 4 warps, 119 registers a thread, 4 blocks an SM. P4
+      (2**28 float32) took 0.550 ms, against 0.603 ms with 4096;
+    * two or three 32-bit fields in a 16-byte word (``packing`` 2): 8192 elements for two fields, 4096 for three,
+      over 4 warps capped at 168 registers a thread (``maxnreg``), so that 3 blocks fit an SM. P10's pairs took
+      0.263 ms so, against 0.295 ms uncapped (202 registers, 2 blocks) and 0.312 ms with 4096;
+    * otherwise 4096 elements over 4 warps.
+
+    The autotuner times the neighbours (:func:`tuning_space`).
     """
     limit = 1 << 16 if interpret else 4096
     k_pow = max(triton.next_power_of_2(max(K, 1)), 2)
@@ -78,13 +86,16 @@ def schedule_scan(M, K, inner, num_sms, interpret, one_word=False):
         block_m = min(max(triton.next_power_of_2(max(M, 1)), 2), 64 if not interpret else limit // 16)
         block_k = max(min(k_pow, 16 if not interpret else limit // block_m), 2)
     if not interpret and triton.cdiv(M, block_m) < num_sms and K >= 16 * limit:
-        block_k = 2 * limit // block_m if one_word else limit // block_m
-        return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back, "LOOKBACK": True}
+        wide_tile = packing == 1 or packing == 2 and width == 2
+        block_k = (2 * limit if wide_tile else limit) // block_m
+        cap = {"maxnreg": 168} if packing == 2 else {}
+        return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back, "LOOKBACK": True, **cap}
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back}
 
 
 def tuning_space(cfg, entry):
     """What Triton's autotuner times, around the heuristic's choice ``cfg``: the tile entry ``entry`` halved,
-    kept and doubled, each with 4 and 8 warps (six configs)."""
+    kept and doubled, each with 4 and 8 warps (six configs), each under the choice's register cap, if any."""
     size = cfg[entry]
-    return [{entry: s, "num_warps": w} for s in (size // 2, size, size * 2) for w in (4, 8) if s >= 16]
+    cap = {"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg else {}
+    return [{entry: s, "num_warps": w, **cap} for s in (size // 2, size, size * 2) for w in (4, 8) if s >= 16]

@@ -321,13 +321,19 @@ def tc_put_status16(flags, slot, status, a, b, c, mask):
     # a look-back's 16-byte status word ``slot`` (int32 words: the status, then the bits of up to three 32-bit
     # fields), written in one store where ``mask`` holds. Compiled, one 16-byte vector store in inline PTX (Triton
     # has no 16-byte store of four int32s); an aligned 16-byte access is performed as one, which CUB's tile
-    # status words rely on too. Under the interpreter, which runs programs one at a time, four stores
+    # status words rely on too. Inline PTX runs in every thread that holds an element: for one row, which every
+    # thread holds, thread 0 alone stores (P10: 0.295 ms with every thread storing, 0.275 ms so). Under the
+    # interpreter, which runs programs one at a time, four stores
     words = flags.to(tl.pointer_type(tl.int32), bitcast=True) + 4 * slot
     zero = slot * 0
     if TC_COMPILED:
+        here = mask
+        if slot.shape[0] == 1:
+            thread = tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
+            here = mask & (thread == 0)
         tl.inline_asm_elementwise(
             "{ .reg .pred p; setp.ne.s32 p, $1, 0; @p st.volatile.global.v4.b32 [$2], {$3, $4, $5, $6}; mov.u32 $0, 0; }",
-            "=r,r,l,r,r,r,r", [mask.to(tl.int32), words, (zero + status).to(tl.int32), (zero + a).to(tl.int32),
+            "=r,r,l,r,r,r,r", [here.to(tl.int32), words, (zero + status).to(tl.int32), (zero + a).to(tl.int32),
                                (zero + b).to(tl.int32), (zero + c).to(tl.int32)],
             dtype=tl.int32, is_pure=False, pack=1)
     else:
