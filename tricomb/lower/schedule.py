@@ -70,8 +70,8 @@ def schedule_scan(M, K, inner, num_sms, interpret, packing=0, width=1):
     * one 32-bit field (``packing`` 1): 8192 elements over 4 warps, 119 registers a thread, 4 blocks an SM. P4
       (2**28 float32) took 0.550 ms, against 0.603 ms with 4096;
     * two or three 32-bit fields in a 16-byte word (``packing`` 2): 8192 elements for two fields, 4096 for three,
-      over 4 warps capped at 168 registers a thread (``maxnreg``), so that 3 blocks fit an SM. P10's pairs took
-      0.263 ms so, against 0.295 ms uncapped (202 registers, 2 blocks) and 0.312 ms with 4096;
+      over 4 warps capped at 168 registers a thread (``maxnreg``), so that 3 blocks fit an SM (uncapped, 202
+      registers and 2 blocks). P10's pairs took 0.245 ms so, against 0.277 ms with 4096 uncapped (19f2fb0);
     * otherwise 4096 elements over 4 warps.
 
     The autotuner times the neighbours (:func:`tuning_space`).
