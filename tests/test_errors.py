@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import tricomb as tc
+from tricomb.testing import assert_matches_torch, count_launches, schedule_overrides
 
 HERE = __file__
 
@@ -302,3 +303,27 @@ def test_an_operator_returning_a_constant_is_refused():
 def test_a_tuple_where_one_value_belongs_says_so():
     with pytest.raises(tc.TraceError, match="used a tuple of 2 where one value was expected"):
         tc.map(lambda x: tc.exp((x, x)))
+
+
+@pytest.mark.parametrize("entries, message", [
+    ({"maxnerg": 64}, "unknown entry 'maxnerg'; the entries are BLOCK, BLOCK_M"),
+    ({"maxnreg": True}, "maxnreg=True must be None or an integer from 1 to 255"),
+    ({"maxnreg": 256}, "maxnreg=256 must be None or an integer from 1 to 255"),
+    ({"BLOCK_K": True}, r"BLOCK_K=True must be a power of two"),
+    ({"BLOCK_K": 12}, r"BLOCK_K=12 must be a power of two"),
+    ({"SPLIT": False}, "SPLIT=False must be an integer of 1 or more"),
+    ({"LOOKBACK": 1}, "LOOKBACK=1 must be True or False"),
+])
+def test_schedule_overrides_refuse_unknown_entries_and_bad_values_before_anything_runs(entries, message):
+    """A misspelt entry used to be ignored (and turned autotuning off); a bool passed as a count was taken as 1."""
+    with count_launches() as launches, pytest.raises(ValueError, match=message):
+        with schedule_overrides(**entries):
+            tc.cumsum()(torch.randn(10))
+    assert launches.triton == 0
+
+
+def test_a_register_cap_override_may_be_none_or_a_count():
+    x = torch.randn(3, 37)
+    for cap in (None, 64):
+        with schedule_overrides(maxnreg=cap, BLOCK_K=4, LOOKBACK=True, WINDOW=2):
+            assert_matches_torch(tc.cumsum(axis=1), x)

@@ -426,6 +426,8 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     w.line(f"space = tuning_space(cfg, {tuned!r}) if tune else [cfg]")
     if p.kind == "scan":
         w.line("cfg['LOOKBACK'] = cfg['LOOKBACK'] and K > cfg['BLOCK_K']", comment="one tile per row: nothing to look back at")
+        with w.block("if not cfg['LOOKBACK'] and 'maxnreg' not in overrides:"):
+            w.line("cfg.pop('maxnreg', None)", comment="the heuristic's register cap is for look-back tiles")
     args = kernel_parameters(p)
     values = {name: name for name in args}
     values.update({"numel": "M * K", "WIDE: tl.constexpr": "wide"})

@@ -36,7 +36,23 @@ class Compiled:
     module: ModuleType
 
 
-_POWERS_OF_TWO = ("BLOCK", "BLOCK_M", "BLOCK_K", "WINDOW", "num_warps")
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _power_of_two(value) -> bool:
+    return _count(value) and value & (value - 1) == 0
+
+
+_POWER = (_power_of_two, "a power of two (1, 2, 4, ...)")
+_FLAG = (lambda value: isinstance(value, bool), "True or False")
+# what each schedule entry may be: a check and its words for the error
+_SCHEDULE_ENTRIES = {
+    "BLOCK": _POWER, "BLOCK_M": _POWER, "BLOCK_K": _POWER, "WINDOW": _POWER, "num_warps": _POWER,
+    "SPLIT": (_count, "an integer of 1 or more"),
+    "LOOKBACK": _FLAG, "PUBLISH_PREFIX": _FLAG,
+    "maxnreg": (lambda value: value is None or _count(value) and value <= 255, "None or an integer from 1 to 255"),
+}
 
 
 @contextlib.contextmanager
@@ -44,18 +60,16 @@ def schedule_overrides(**overrides):
     """Within the block, every launch uses these schedule entries instead of the heuristics': ``BLOCK``,
     ``BLOCK_M``, ``BLOCK_K``, ``WINDOW`` and ``num_warps`` (powers of two), ``SPLIT`` (programs per row of a
     reduce, 1 or more), ``LOOKBACK`` and ``PUBLISH_PREFIX`` (bools), and ``maxnreg`` (a cap on registers per
-    thread, a compile option: None or 1 or more). Tests use it to force tiny tiles, split rows and one-pass
-    scans; ``bench/experiments`` to time schedules. Raises ValueError for a value outside these."""
+    thread, a compile option: None, or 1 to 255, the most a thread can hold). Tests use it to force tiny tiles,
+    split rows and one-pass scans; ``bench/experiments`` to time schedules. Raises ValueError, before anything
+    runs, for another name or a value outside these."""
     for name, value in overrides.items():
-        power = name in _POWERS_OF_TWO
-        if power and not (isinstance(value, int) and value >= 1 and value & (value - 1) == 0):
-            raise ValueError(f"schedule_overrides: {name}={value!r} must be a power of two (1, 2, 4, ...)")
-        if name == "SPLIT" and not (isinstance(value, int) and value >= 1):
-            raise ValueError(f"schedule_overrides: SPLIT={value!r} must be an integer of 1 or more")
-        if name == "maxnreg" and not (value is None or isinstance(value, int) and value >= 1):
-            raise ValueError(f"schedule_overrides: maxnreg={value!r} must be None or an integer of 1 or more")
-        if name in ("LOOKBACK", "PUBLISH_PREFIX") and not isinstance(value, bool):
-            raise ValueError(f"schedule_overrides: {name}={value!r} must be True or False")
+        if name not in _SCHEDULE_ENTRIES:
+            raise ValueError(f"schedule_overrides: unknown entry {name!r}; the entries are "
+                             f"{', '.join(_SCHEDULE_ENTRIES)}")
+        check, allowed = _SCHEDULE_ENTRIES[name]
+        if not check(value):
+            raise ValueError(f"schedule_overrides: {name}={value!r} must be {allowed}")
     token = _OVERRIDES.set({**_OVERRIDES.get(), **overrides})
     try:
         yield
