@@ -58,7 +58,7 @@ def test_a_linear_recurrence_over_one_long_row_matches_a_float64_scan():
 
 
 def test_a_two_field_look_back_never_mixes_one_tiles_aggregate_with_its_prefix():
-    """A pair's values are stored before their status word is released, and read after it is acquired.
+    """A pair's values travel beside their status in one 16-byte word, written and read in one access.
     Counting ones and twos over 2^24 elements (exact in float32) shows any mix of a tile's aggregate in one
     field with its prefix in the other, or a value read before it was written. Repeated launches reuse the
     status words."""

@@ -150,7 +150,7 @@ def build_reduce(op, axis, keepdim, mean: bool, where, dtype=None, index: bool =
     if not isinstance(keepdim, bool):
         raise ArgumentError(f"keepdim must be True or False, got {keepdim!r}", where)
     stage = Reduce(fn, _axes(axis, where), keepdim, mean, _dtype(dtype, where), index, skip_nan,
-                   _identity(identity, where), where)
+                   normalized_identity(identity, where), where)
     return Pipeline(PipelineIR((stage,)))
 
 
@@ -162,13 +162,9 @@ def build_scan(op, axis, where, dtype=None, reverse: bool = False, exclusive: bo
         if not isinstance(flag, bool):
             raise ArgumentError(f"{name} must be True or False, got {flag!r}", where)
     fn = _depends_on_its_operands(to_function(op, role="scan's operator", location=where), "scan", where)
-    stage = Scan(fn, int(axis), _dtype(dtype, where), reverse, exclusive, _identity(identity, where), where, index)
+    identity = normalized_identity(identity, where)
+    stage = Scan(fn, int(axis), _dtype(dtype, where), reverse, exclusive, identity, where, index)
     return Pipeline(PipelineIR((stage,)))
-
-
-def _identity(identity, where):
-    """An operator's ``identity=``, checked (:func:`~tricomb.pipeline.operators.normalized_identity`)."""
-    return normalized_identity(identity, where)
 
 
 def _dtype(dtype, where) -> torch.dtype | None:

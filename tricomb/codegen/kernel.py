@@ -11,6 +11,7 @@ from ..lower.bind import input_stages
 from ..lower.fuse import KernelPlan, Slot
 from ..pipeline.ir import Map, Stage, ZipWith
 from ..pipeline.printer import stage_text
+from ..scalar.dtypes import held_dtype
 from .scalar import ScalarContext, Value, emit_function, from_storage, to_storage
 from .writer import Writer
 
@@ -88,20 +89,19 @@ def emit_loads(w: Writer, ctx: ScalarContext, p: KernelPlan, slots, address: dic
     compiled for sm_90: bench/NOTES.md). Unmasked, every load of the tile is issued before any use."""
     values = {}
     ranks = dict(zip((s.name for s in p.inputs), p.binding.ranks))
-    loads = {s.name: f"tl.load({s.name} + {address[s.name]}, mask={mask}, other=0)" for s in slots}
+    sources = {s.name: f"tl.load({s.name} + {address[s.name]}, mask={mask}, other=0)" for s in slots}
     if whole is not None and slots:
-        held = {s.name: from_storage(ctx, "x", s.dtype) == "x" for s in slots}  # no conversion after the load
-        names = {name: f"x_{name}" if held[name] else f"raw_{name}" for name in loads}
+        loaded = {s.name: f"x_{s.name}" if held_dtype(s.dtype) == s.dtype else f"raw_{s.name}" for s in slots}
         with w.block(f"if {whole}:"):
             w.comment("a whole tile: no mask, so every load is issued before any use")
-            w.lines([f"{names[s.name]} = tl.load({s.name} + {address[s.name]})" for s in slots])
+            w.lines([f"{loaded[s.name]} = tl.load({s.name} + {address[s.name]})" for s in slots])
         with w.block("else:"):
-            w.lines([f"{names[name]} = {load}" for name, load in loads.items()])
-        loads = {name: None if held[name] else names[name] for name in loads}
+            w.lines([f"{loaded[name]} = {load}" for name, load in sources.items()])
+        sources = loaded
     for slot in slots:
         var = f"x_{slot.name}"
-        if loads[slot.name] is not None:
-            w.line(f"{var} = {from_storage(ctx, loads[slot.name], slot.dtype)}")
+        if sources[slot.name] != var:
+            w.line(f"{var} = {from_storage(ctx, sources[slot.name], slot.dtype)}")
         values[slot.name] = Value(var, slot.dtype, ranks[slot.name] == 0)
     return values
 

@@ -10,7 +10,7 @@ from ..lower.fuse import KernelPlan
 from ..pipeline.ir import Reduce
 from ..scalar.dtypes import held_dtype
 from .kernel import fields, group_size, group_stride, kernel_parameters
-from .lookback import packing
+from .lookback import FENCED, SIXTEEN_BYTES, packing
 from .writer import Writer
 
 RUNTIME_HELPERS = '''
@@ -364,10 +364,10 @@ def _emit_look_back_scratch(w: Writer, p: KernelPlan) -> None:
     with w.block("if cfg['LOOKBACK']:"):
         w.comment("one tile per program; per tile its status words and the values they announce (decoupled look-back)")
         w.line("tiles = triton.cdiv(M, cfg['BLOCK_M']) * cfg['BLOCK_M'] * triton.cdiv(K, min(c['BLOCK_K'] for c in space))")
-        words = {2: "2 * tiles"}.get(packing(p), "tiles")
+        words = "2 * tiles" if packing(p) == SIXTEEN_BYTES else "tiles"
         w.line(f"status = _status_words(in0.device, {words})", comment="and the status each launch publishes")
         w.line("flags = status.words")
-        if packing(p):
+        if packing(p) != FENCED:
             w.line(f"{' = '.join(announced)} = flags", comment="unused: the values travel in their status word")
         else:
             for name, dtype in zip(announced, p.acc_dtypes * 2):
@@ -418,7 +418,7 @@ def _emit_schedule(w: Writer, p: KernelPlan, kernel: str, groups) -> None:
     elif p.kind == "reduce":
         w.line(f"cfg = schedule_reduce(M, K, {inner}, _num_sms(in0.device), interpret, per_tile={p.share is not None})")
     else:
-        w.line(f"cfg = schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret, packing={packing(p)}, "
+        w.line(f"cfg = schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret, packing={packing(p)!r}, "
                f"width={p.width})")
     tuned = _TUNED[p.kind]
     w.line("tune = _tuning(interpret, M * K, overrides)")

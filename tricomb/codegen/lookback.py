@@ -40,20 +40,16 @@ from .writer import Writer
 
 _LOW = "0xFFFFFFFF"
 _SMALL = (torch.float32, torch.int32, torch.bool)
+ONE_WORD, SIXTEEN_BYTES, FENCED = "one word", "16 bytes", "fenced"  # how a status word carries its values
 
 
-def packing(p: KernelPlan) -> int:
-    """How many 64-bit words of ``flags`` a tile's status takes, its values packed beside it: 1 for one field of
-    32 bits or fewer, 2 (one 16-byte word) for two or three such fields, 0 when the values are kept apart under
-    a fenced status word (one 64-bit word)."""
-    if not all(held_dtype(d) in _SMALL for d in p.acc_dtypes):
-        return 0
-    return 1 if p.width == 1 else 2 if p.width <= 3 else 0
-
-
-def packs(p: KernelPlan) -> bool:
-    """Whether the scan's accumulator is one field of 32 bits or fewer, packed with its status in one word."""
-    return packing(p) == 1
+def packing(p: KernelPlan) -> str:
+    """How a tile's status word carries the values it announces: ``ONE_WORD`` (one field of 32 bits or fewer, in
+    the low half of a 64-bit word), ``SIXTEEN_BYTES`` (two or three such fields, beside the status in one
+    16-byte word: two 64-bit words of ``flags``), or ``FENCED`` (the values apart, under a 64-bit status word)."""
+    if not all(held_dtype(d) in _SMALL for d in p.acc_dtypes) or p.width > 3:
+        return FENCED
+    return ONE_WORD if p.width == 1 else SIXTEEN_BYTES
 
 
 def _bits32(dtype: torch.dtype, value: str) -> str:
@@ -82,12 +78,12 @@ def _publish(w: Writer, p: KernelPlan, values: list[str], prefix: bool) -> None:
     """Publish this tile's aggregate (or with ``prefix`` its inclusive prefix), one value per field, at
     ``slot``."""
     status = "ready + 1" if prefix else "ready"
-    if packing(p) == 2:
+    if packing(p) == SIXTEEN_BYTES:
         bits = [_bits32(d, v) for d, v in zip(p.acc_dtypes, values)] + ["0"] * (3 - len(values))
         w.line(f"tc_put_status16(flags, slot, {status}, {', '.join(bits)}, row_mask)",
                comment="the status and the values in one 16-byte store")
         return
-    if packs(p):
+    if packing(p) == ONE_WORD:
         w.line(f'tl.atomic_xchg(flags + slot, ({status}).to(tl.int64) << 32 | {_bits(p, values[0])}, '
                'mask=row_mask, sem="relaxed")', comment="the status in the high half, the value in the low half")
         return
@@ -100,10 +96,10 @@ def _publish(w: Writer, p: KernelPlan, values: list[str], prefix: bool) -> None:
 def _wait_for_window(w: Writer, p: KernelPlan) -> None:
     """``status``: the status words of the window's predecessors, once every one of them has published (and
     ``words``, which hold their values too, when packed)."""
-    if packs(p):
+    if packing(p) == ONE_WORD:
         reads = ["words = tl.load(flags + peers, mask=live, other=0, volatile=True)",
                  "status = tl.where(live, words >> 32, ready)"]
-    elif packing(p) == 2:
+    elif packing(p) == SIXTEEN_BYTES:
         reads = ["status, bits0, bits1, bits2 = tc_get_status16(flags, tl.where(live, peers, 0))",
                  "status = tl.where(live, status, ready)"]
     else:
@@ -113,17 +109,17 @@ def _wait_for_window(w: Writer, p: KernelPlan) -> None:
     with w.block("while waiting:"):
         w.comment("a predecessor has published nothing yet: it is running (it started first); read again")
         w.lines(reads)
-    if not packing(p):
+    if packing(p) == FENCED:
         w.line("tl.debug_barrier()", comment="the values announced are read after every status word")
 
 
 def _window_parts(w: Writer, p: KernelPlan) -> list[str]:
     """Per field, the window's values: the newest prefix, the aggregates after it, the identity elsewhere."""
-    if packs(p):
+    if packing(p) == ONE_WORD:
         w.line(f"part = tl.where(from_prefix | from_aggregate, {_unbits(p, 'words')}, {identity_text(p)})")
         return ["part"]
     parts = fields("part", p.width)
-    if packing(p) == 2:
+    if packing(p) == SIXTEEN_BYTES:
         w.lines([f"{part} = tl.where(from_prefix | from_aggregate, {_from_bits32(d, f'bits{j}')}, {identity_text(p, j)})"
                  for j, (part, d) in enumerate(zip(parts, p.acc_dtypes))])
         return parts
@@ -188,7 +184,7 @@ def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
     off, which tests use to walk back over aggregates alone). Uses ``slot`` and ``aggregate`` from
     :func:`emit_publish_aggregate`, emitted earlier in this kernel under ``if LOOKBACK:`` (a constexpr, so
     one block's names reach the other)."""
-    ctx.use_helpers(["tc_last"] + (["tc_put_status16", "tc_get_status16"] if packing(p) == 2 else []))
+    ctx.use_helpers(["tc_last"] + (["tc_put_status16", "tc_get_status16"] if packing(p) == SIXTEEN_BYTES else []))
     carries, aggregates = fields("carry", p.width), fields("aggregate", p.width)
     w.comment("the prefix of the tiles before this one")
     w.line("done = (rows >= M) | (chunk == 0)")

@@ -57,7 +57,7 @@ def split_rows(M, block_m, K, block_k, num_sms):
     return max(min(triton.cdiv(16 * num_sms, row_tiles), triton.cdiv(K, 4 * block_k), 4096), 1)
 
 
-def schedule_scan(M, K, inner, num_sms, interpret, packing=0, width=1):
+def schedule_scan(M, K, inner, num_sms, interpret, packing="fenced", width=1):
     """Scan ``M`` rows of ``K`` elements: ``BLOCK_M`` rows per program, ``BLOCK_K`` elements per step.
 
     When the row tiles are too few to fill the GPU and long, ``LOOKBACK`` gives each program one tile of
@@ -67,11 +67,12 @@ def schedule_scan(M, K, inner, num_sms, interpret, packing=0, width=1):
     :func:`tricomb.codegen.lookback.packing`) and on the accumulator's fields (``width``), measured on the H200
     (``bench/experiments/scan_ab.py``):
 
-    * one 32-bit field (``packing`` 1): 8192 elements over 4 warps, 119 registers a thread, 4 blocks an SM. P4
-      (2**28 float32) took 0.550 ms, against 0.603 ms with 4096;
-    * two or three 32-bit fields in a 16-byte word (``packing`` 2): 8192 elements for two fields, 4096 for three,
-      over 4 warps capped at 168 registers a thread (``maxnreg``), so that 3 blocks fit an SM (uncapped, 202
-      registers and 2 blocks). P10's pairs took 0.245 ms so, against 0.277 ms with 4096 uncapped (19f2fb0);
+    * one 32-bit field (``packing`` "one word"): 8192 elements over 4 warps, 119 registers a thread, 4 blocks
+      an SM. P4 (2**28 float32) took 0.550 ms, against 0.603 ms with 4096;
+    * two or three 32-bit fields in a 16-byte word (``packing`` "16 bytes"): 8192 elements for two fields, 4096
+      for three, over 4 warps capped at 168 registers a thread (``maxnreg``), so that 3 blocks fit an SM
+      (uncapped, 202 registers and 2 blocks). P10's pairs took 0.245 ms so, against 0.277 ms with 4096
+      uncapped (19f2fb0);
     * otherwise 4096 elements over 4 warps.
 
     The autotuner times the neighbours (:func:`tuning_space`).
@@ -86,9 +87,9 @@ def schedule_scan(M, K, inner, num_sms, interpret, packing=0, width=1):
         block_m = min(max(triton.next_power_of_2(max(M, 1)), 2), 64 if not interpret else limit // 16)
         block_k = max(min(k_pow, 16 if not interpret else limit // block_m), 2)
     if not interpret and triton.cdiv(M, block_m) < num_sms and K >= 16 * limit:
-        wide_tile = packing == 1 or packing == 2 and width == 2
+        wide_tile = packing == "one word" or packing == "16 bytes" and width == 2
         block_k = (2 * limit if wide_tile else limit) // block_m
-        cap = {"maxnreg": 168} if packing == 2 else {}
+        cap = {"maxnreg": 168} if packing == "16 bytes" else {}
         return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back, "LOOKBACK": True, **cap}
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": 4, **look_back}
 
