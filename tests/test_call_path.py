@@ -105,6 +105,7 @@ print("bound" if "torch._dynamo" in sys.modules else "from the index")
 """
 
 
+@pytest.mark.subprocess
 def test_a_new_process_finds_its_kernel_in_the_disk_index(tmp_path):
     """The first process binds, plans and emits (its meta evaluation imports torch._dynamo); a second process with
     the same cache directory and inputs of the same layout loads the module from the index and does none of it."""
@@ -213,6 +214,7 @@ print(len(compiles))
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.subprocess
 def test_a_new_process_launches_the_recorded_kernel_without_triton_compiling(tmp_path):
     """The first process compiles each kernel through Triton and records it; a second process with the same
     caches launches the recorded kernels (a split reduce, a tuned look-back scan) with right results, and

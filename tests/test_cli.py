@@ -3,7 +3,9 @@ hypothesis and reports the smallest failing one; bench needs a GPU; mistakes exi
 import ast
 
 import pytest
+import torch
 
+import tricomb
 from tricomb.cli import main
 
 
@@ -142,7 +144,56 @@ def test_check_reports_an_error_raised_while_checking(monkeypatch, capsys):
         raise ValueError("the oracle broke")
     monkeypatch.setattr(tricomb.testing, "assert_matches_torch", broken)
     assert main(["check", "map exp | sum", "--examples", "5", "--device", "cpu"]) == 1
-    assert "checking raised ValueError: the oracle broke" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the last one raised an error" in out and "differs" not in out
+    assert "ValueError: the oracle broke" in out
+
+
+def test_check_gives_shapes_alone_for_a_failure_whatever_the_values(monkeypatch, capsys):
+    """A failure that zeros of the same shapes reproduce is reported by shapes and dtypes, not by values."""
+    import tricomb.testing
+
+    def refuses_rank_one(pipe, *inputs, **kwargs):
+        if inputs[0].dim() == 1 and inputs[0].numel() > 3:
+            raise tricomb.UnsupportedError("stand-in: no kernel for this shape")
+    monkeypatch.setattr(tricomb.testing, "assert_matches_torch", refuses_rank_one)
+    assert main(["check", "map exp | sum", "--examples", "40", "--device", "cpu", "--rank", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "it fails whatever the values, zeros too" in out and "input 0: (4,) float32\n" in out
+    assert "tensor(" not in out
+
+
+def test_check_prints_a_failing_input_on_one_line(monkeypatch, capsys):
+    """Values a failure depends on are printed unwrapped; past 64 elements, three from each end of a dimension."""
+    import tricomb.testing
+
+    def picky(pipe, *inputs, **kwargs):
+        if inputs[0].numel() >= 70 and bool((inputs[0] > 0.5).any()):
+            raise AssertionError("stand-in oracle: an element above 0.5 in a long input")
+    monkeypatch.setattr(tricomb.testing, "assert_matches_torch", picky)
+    assert main(["check", "map exp | sum", "--examples", "60", "--device", "cpu", "--rank", "1",
+                 "--max-side", "100"]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  input 0: (")]
+    assert len(lines) == 1 and "..." in lines[0], lines
+
+
+def test_version_names_tricomb_triton_and_torch(capsys):
+    import triton
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == (f"tricomb {tricomb.__version__} (triton {triton.__version__}, "
+                                               f"torch {torch.__version__})")
+
+
+@pytest.mark.parametrize("colour", ["FORCE_COLOR", "NO_COLOR"])
+def test_errors_are_red_where_the_terminal_shows_colour(colour, monkeypatch, capsys):
+    monkeypatch.delenv("FORCE_COLOR" if colour == "NO_COLOR" else "NO_COLOR", raising=False)
+    monkeypatch.setenv(colour, "1")
+    assert main(["run", "map sofplus"]) == 2
+    err = capsys.readouterr().err
+    assert ("\x1b[1;31merror:\x1b[0m" in err) == (colour == "FORCE_COLOR")
+    assert "did you mean softplus" in err
 
 
 def test_an_env_file_that_exits_is_a_usage_error(tmp_path, capsys):
@@ -165,6 +216,7 @@ def test_run_and_check_take_integer_and_bool_dtypes(capsys):
     assert main(["run", "any", "--shape", "20", "--dtype", "bool", "--device", "cpu"]) == 0
 
 
+@pytest.mark.subprocess
 def test_python_dash_m_tricomb_is_the_command():
     import subprocess
     import sys

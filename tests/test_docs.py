@@ -23,8 +23,12 @@ def test_dsl_reference_covers_the_grammar():
         assert re.search(rf"\b{word}\b", reference), f"docs/dsl.md does not mention {word!r}"
 
 
-def test_readme_commands_are_the_ci_commands():
+def test_readme_gives_two_commands_and_ci_runs_them_from_it():
+    """.ci/run reads its commands from the README's "Two commands" section, so the section must hold exactly
+    the install command (which runs the main job) and the test command."""
     readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"```sh\n(.*?)\n```", section, re.S) == [
+        'pip install torch==2.13.0 -e ".[test]" && tricomb run "map softplus | sum"', "python -m pytest -q"]
     ci = (ROOT / ".ci" / "run").read_text()
-    assert 'pip install torch==2.13.0 -e ".[test]" && tricomb run "map softplus | sum"' in readme
-    assert "python -m pytest -q" in readme and "python -m pytest -q" in ci
+    assert '"## Two commands"' in ci and 'suite oldest-triton "triton==3.6.0"' in ci

@@ -45,6 +45,7 @@ def _reads_a_list(x):
     return x * NOT_CONSTANT
 
 
+@pytest.mark.subprocess
 def test_script_defined_in_main_matches_softplus(device):
     """The issue's acceptance test: a __main__ script's jit softplus (calling a jit helper) on (3, 4) and
     10,000,001 elements equals torch's softplus, and its sum equals the sum."""

@@ -50,6 +50,7 @@ def _sass(source: str, folder: Path) -> list[str]:
 
 @pytest.mark.skipif(not (_BIN / "ptxas").exists() or not (_BIN / "cuobjdump").exists(),
                     reason="needs the ptxas and cuobjdump of Triton's NVIDIA backend")
+@pytest.mark.subprocess
 def test_a_whole_look_back_tile_is_loaded_before_any_of_it_is_used(tmp_path):
     """`map exp | cumsum` over 8192-element tiles and 4 warps: each thread's 16 vector loads of 16 bytes come
     before the first `exp`. (With the mask on every load, ptxas issued half of them after the first values

@@ -5,9 +5,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.subprocess
 def test_wheel_contains_the_grammar_and_parses_from_it(tmp_path):
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                             "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=600)
@@ -30,3 +33,24 @@ def test_wheel_contains_the_grammar_and_parses_from_it(tmp_path):
 def test_source_checkout_reads_grammar_from_the_top_level_folder():
     from tricomb.dsl.parser import grammar_path
     assert grammar_path() == ROOT / "grammar" / "tricomb.lark"
+
+
+@pytest.mark.parametrize("triton_version, numpy_version, refused", [
+    ("3.6.0", "2.4.6", True), ("3.6.0", "2.3.5", False), ("3.6.1", "2.5.0rc1", True), ("3.7.0", "2.4.6", False),
+    ("3.9.0", "2.5.2", False), ("3.10.0+git1234", "1.26.4", False)])
+def test_the_interpreter_is_refused_only_beside_a_numpy_its_triton_cannot_run_with(triton_version, numpy_version,
+                                                                                    refused):
+    from tricomb.runtime.loader import interpreter_problem
+    assert (interpreter_problem(triton_version, numpy_version) is not None) == refused
+
+
+def test_a_cpu_call_beside_such_a_numpy_says_what_to_install_before_it_runs(monkeypatch):
+    import numpy
+    import torch
+    import triton
+
+    import tricomb as tc
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    monkeypatch.setattr(numpy, "__version__", "2.4.0")
+    with pytest.raises(tc.DeviceError, match=r'pip install "numpy<2.4"\) or Triton 3.7 or newer'):
+        tc.map(lambda v: v * 3.0 + 1.0)(torch.ones(3))

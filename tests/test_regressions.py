@@ -139,6 +139,7 @@ def test_library_jit_functions_work_inside_user_functions(device):
     assert tl.core.program_id is core_program_id and tl.core.tensor.to is tensor_to
 
 
+@pytest.mark.subprocess
 def test_saved_module_on_cpu_without_the_interpreter_says_how(tmp_path):
     import subprocess
     import sys

@@ -43,6 +43,7 @@ SPLIT = {"BLOCK_K": 16, "SPLIT": 8}  # forces several programs per row and the l
 
 
 @pytest.mark.parametrize("name", sorted(CASES) + ["reduce-split"])
+@pytest.mark.subprocess
 def test_emitted_module_runs_without_tricomb(name, device, tmp_path):
     make, shapes = CASES["reduce-all-mean-then-map" if name == "reduce-split" else name]
     overrides = SPLIT if name == "reduce-split" else {}

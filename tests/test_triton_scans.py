@@ -1,7 +1,7 @@
 """Triton's own scan test set (python/test/unit/language/test_core.py, test_scan2d), each case one tricomb
 kernel: cumsum, cumprod, a first-element operator (associative, not commutative), the linear recurrence and
 cummax with its index, forward and reverse, along both axes of 2-D inputs, each with the heuristic plan and with
-one tile per program joined by the decoupled look-back. References: torch.cumsum, torch.cumprod and torch.cummax,
+one tile per program joined by the decoupled look-back (on one shape). References: torch.cumsum, torch.cumprod and torch.cummax,
 and a sequential float64 loop for the rest."""
 import math
 
@@ -42,18 +42,18 @@ def _close(got: torch.Tensor, want: torch.Tensor, rtol=1e-5, atol=1e-6):
 AXES_AND_DIRECTIONS = [(axis, reverse) for axis in (0, 1) for reverse in (False, True)]
 
 
-@pytest.fixture(params=[(16, 32), (33, 7), (5, 129)], ids=lambda s: f"{s[0]}x{s[1]}")
+# The heuristic plan on each of Triton's shapes; the look-back's two variants (each tile's prefix from its newest
+# published prefix, or from aggregates alone) on one shape whose tiles of 4 leave a partial tile along both axes.
+PLANS = [("heuristic", {}, shape) for shape in ((16, 32), (33, 7), (5, 129))] + [
+    ("look-back", LOOKBACK_TILES, (33, 7)), ("look-back-over-aggregates", LOOKBACK_AGGREGATES_ONLY, (33, 7))]
+
+
+@pytest.fixture(params=PLANS, ids=lambda p: f"{p[0]}-{p[2][0]}x{p[2][1]}")
 def shape(request):
-    return request.param
-
-
-@pytest.fixture(autouse=True, params=[{}, LOOKBACK_TILES, LOOKBACK_AGGREGATES_ONLY],
-                ids=["heuristic", "look-back", "look-back-over-aggregates"])
-def plan(request):
-    """Every test runs with the heuristic plan and with the look-back's (each tile's prefix from its newest
-    published prefix, or from aggregates alone)."""
-    with schedule_overrides(**request.param):
-        yield
+    """The input's shape, with the plan's schedule in force for the test."""
+    _, schedule, shape = request.param
+    with schedule_overrides(**schedule):
+        yield shape
 
 
 @pytest.mark.parametrize("axis,reverse", AXES_AND_DIRECTIONS)

@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tricomb", description="Compile a map/zip_with/reduce/scan pipeline "
                                      "into one Triton kernel and run it.", epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_versions())
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in [("run", "run a pipeline and compare it with torch"),
                        ("emit", "print the emitted Triton module"),
@@ -60,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--env", metavar="FILE.py", help="a Python file whose top-level names (functions, "
                        "@triton.jit functions) the pipeline text can use")
     return parser
+
+
+def _versions() -> str:
+    """tricomb's version and those of the Triton and torch it runs on."""
+    import triton
+    from . import __version__
+    return f"tricomb {__version__} (triton {triton.__version__}, torch {torch.__version__})"
 
 
 class UsageError(Exception):
@@ -191,7 +199,7 @@ def _run(args) -> int:
               for r, f in zip(results, refs)]
     wrong = any(r.dtype != f.dtype or r.shape != f.value.shape for r, f in zip(results, refs)) or any(differ)
     table = Table(title=f"tricomb run: {_short(args.pipeline)}", show_header=False)
-    described = ", ".join(f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in inputs)
+    described = ", ".join(_described(t) for t in inputs)
     table.add_row("inputs", f"{len(inputs)} tensor(s) on {device}: {described}")
     table.add_row("tricomb", "\n".join(_summary(r) for r in results))
     table.add_row("torch", "\n".join(_summary(e) for e in _fields(eager)))
@@ -244,19 +252,36 @@ def _check(args) -> int:
     _runs_at_rank(pipe, args.rank)
     outcome = check(pipe, lambda shape: _input_shapes(pipe, shape), DTYPES[args.dtype], device, args.rank,
                     args.max_side, args.examples, args.seed)
-    console = Console()
+    console = Console(highlight=False, soft_wrap=True)
     drawn = f"{outcome.examples} examples on {device}, {args.dtype}, rank {args.rank}, sides 0 to {args.max_side}"
+    heading = f"tricomb check: {_short(args.pipeline)}\n{drawn}"
     if outcome.failing is None:
         refused = f" ({outcome.refusals} refused by torch and tricomb alike)" if outcome.refusals else ""
-        console.print(f"tricomb check: {_short(args.pipeline)}\n{drawn}: every result matches torch{refused}")
+        console.print(f"{_escape(heading)}: [green]every result matches torch[/green]{_escape(refused)}")
         return 0
-    console.print(f"tricomb check: {_short(args.pipeline)}\n{drawn}: the last one's result differs from torch\n"
-                  f"{outcome.message}", markup=False)
-    console.print(f"smallest failing input (after {outcome.shrinking} more runs shrinking it):", markup=False)
-    with _full_precision():
+    verdict = "the last one raised an error" if outcome.raised else "the last one's result differs from torch"
+    console.print(f"{_escape(heading)}: [bold red]{verdict}[/bold red]")
+    console.print(outcome.message, markup=False)
+    shrunk = f"after {outcome.shrinking} more runs shrinking it"
+    if outcome.any_values:
+        console.print(f"smallest failing input ({shrunk}; it fails whatever the values, zeros too):")
         for i, t in enumerate(outcome.failing):
-            console.print(f"  input {i}: {tuple(t.shape)} {str(t.dtype)[6:]} = {t.cpu()}", markup=False)
+            console.print(f"  input {i}: {_described(t)}", markup=False)
+        return 1
+    console.print(f"smallest failing input ({shrunk}):")
+    with _printing_values():
+        for i, t in enumerate(outcome.failing):
+            console.print(f"  input {i}: {_described(t)} = {t.cpu()}", markup=False)
     return 1
+
+
+def _described(t: torch.Tensor) -> str:
+    return f"{tuple(t.shape)} {str(t.dtype)[6:]}"
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+    return escape(text)
 
 
 def _runs_at_rank(pipe, rank: int) -> None:
@@ -269,12 +294,14 @@ def _runs_at_rank(pipe, rank: int) -> None:
         raise UsageError(f"--rank {rank}: {exc.message} (try another --rank)") from None
 
 
-def _full_precision():
+def _printing_values():
+    """Torch's printing with every digit of a float32, on one line; past 64 elements, the first and last three of
+    each dimension."""
     import contextlib
 
     @contextlib.contextmanager
     def printing():
-        torch.set_printoptions(precision=10)
+        torch.set_printoptions(precision=10, threshold=64, edgeitems=3, linewidth=10**6)
         try:
             yield
         finally:
@@ -312,8 +339,19 @@ def main(argv: list[str] | None = None) -> int:
     except (TricombError, UsageError) as exc:
         located = isinstance(exc, TricombError) and exc.location is not None and exc.location.file == "<command line>"
         text = exc if located or not isinstance(exc, TricombError) else exc.message  # (not the console script's line)
-        print(f"tricomb {args.command}: error: {text}", file=sys.stderr)
+        _error(f"tricomb {args.command}: ", str(text))
         return 2
+
+
+def _error(prefix: str, text: str) -> None:
+    """``prefix`` and ``error:`` in bold red where standard error is a terminal that shows colour (rich decides,
+    honouring ``NO_COLOR``), then ``text`` as it is."""
+    from rich.console import Console
+    from rich.text import Text
+    line = Text(prefix)
+    line.append("error:", style="bold red")
+    line.append(f" {text}")
+    Console(stderr=True, highlight=False, soft_wrap=True).print(line)
 
 
 if __name__ == "__main__":

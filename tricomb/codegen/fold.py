@@ -13,7 +13,7 @@ import torch
 from ..lower.fuse import KernelPlan
 from ..pipeline.ir import Reduce
 from ..scalar.dtypes import held_dtype
-from .kernel import fields
+from .kernel import fields, scalar_where
 from .scalar import ScalarContext, Value, emit_function, render_const, tl_dtype, to_integer, to_storage
 from .writer import Writer
 
@@ -120,7 +120,7 @@ def emit_last_program(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str
         w.line(f"tl.store(partial_index + rows * SPLIT + {part}, total_i, mask=row_mask)")
     w.line("tl.debug_barrier()")
     w.line(f'ticket = tl.atomic_add(tickets + {ticket}, 1, sem="acq_rel")')
-    w.line("keep = row_mask & (ticket == SPLIT - 1)")
+    w.line(f"keep = {scalar_where('ticket == SPLIT - 1', 'row_mask', 'False')}")
     # Commutative operators fold the partials into a tile-shaped accumulator, reduced once after the loop (as
     # the main reduce loop does); a per-row value updated by a tree reduction inside a loop and used more than
     # once after it fails an assertion in Triton 3.6's thread-locality pass (seen on the H200).

@@ -128,9 +128,21 @@ def store(w: Writer, ctx: ScalarContext, p: KernelPlan, values: list[Value], add
     for slot, value, inputs in zip(p.outputs, values, p.field_inputs):
         where = mask
         if coords is not None and inputs != every:
-            where += "".join(f" & (({group_stride(slot, g)} != 0) | ({c} == 0))" for g, c in sorted(coords.items()))
+            where = f"keep_{slot.name}"
+            w.line(f"{where} = {mask}")
+            for g, c in sorted(coords.items()):
+                w.line(f"{where} = {scalar_where(f'{group_stride(slot, g)} != 0', where, f'{where} & ({c} == 0)')}")
         w.line(f"tl.store({slot.name} + {addresses[slot.name]}, {to_storage(ctx, value.text, slot.dtype)}, "
                f"mask={where})")
+
+
+def scalar_where(condition: str, then: str, otherwise: str) -> str:
+    """A block of bools: ``then`` where the scalar ``condition`` holds, ``otherwise`` where it does not. A scalar
+    condition meets a block only through this select, never through ``&`` or ``|``: Triton's interpreter
+    broadcasts a scalar comparison into int32 lanes, and 3.9's refuses a mask those lanes reach ("mask has
+    unsupported dtype"). The select's lanes are bools in every Triton of the range; on the GPU it costs what the
+    ``&`` did."""
+    return f"tl.where({condition}, {then}, {otherwise})"
 
 
 def program_ids(w: Writer, names: list[str]) -> None:

@@ -34,7 +34,7 @@ import torch
 from ..lower.fuse import KernelPlan
 from ..scalar.dtypes import held_dtype
 from .fold import acc_type, identity_text, packed, tile_reduce, tile_scan
-from .kernel import fields
+from .kernel import fields, scalar_where
 from .scalar import ScalarContext
 from .writer import Writer
 
@@ -187,7 +187,7 @@ def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
     ctx.use_helpers(["tc_last"] + (["tc_put_status16", "tc_get_status16"] if packing(p) == SIXTEEN_BYTES else []))
     carries, aggregates = fields("carry", p.width), fields("aggregate", p.width)
     w.comment("the prefix of the tiles before this one")
-    w.line("done = (rows >= M) | (chunk == 0)")
+    w.line(f"done = {scalar_where('chunk == 0', 'True', 'rows >= M')}")
     w.line("look = chunk - 1", comment="the newest predecessor not yet folded")
     with w.block("while look >= 0:"):
         w.line("behind = look - WINDOW + 1 + tl.arange(0, WINDOW)")

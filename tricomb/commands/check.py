@@ -5,12 +5,13 @@ or scan of that shape and those joining after it of the reduced shape, with valu
 and signed zeros. tricomb's result must equal the float64 torch oracle's within its tolerance
 (:func:`tricomb.testing.assert_matches_torch`); where torch refuses an input, tricomb must raise a
 :class:`~tricomb.errors.TricombError`. On a mismatch hypothesis shrinks the example, and the smallest failing
-input is reported.
+input is reported, with its values when a failure depends on them (the same shapes filled with zeros pass) and
+as shapes and dtypes alone when it does not.
 """
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -18,14 +19,17 @@ import torch
 @dataclass
 class Outcome:
     """What ``check`` found: how many examples ran before the first failure (all of them when none failed), how
-    many further runs shrinking took, and the smallest failing example (inputs, message) if any."""
+    many further runs shrinking took, and the smallest failing example (inputs, message) if any. ``raised``: the
+    failure is an exception (tricomb's or the oracle's), not a result that differs; ``any_values``: the failing
+    inputs' shapes fail whatever their values (zeros fail too)."""
 
     examples: int = 0
     shrinking: int = 0
     failing: list[torch.Tensor] | None = None
     message: str = ""
+    raised: bool = False
+    any_values: bool = False
     refusals: int = 0
-    shapes: list = field(default_factory=list)
 
 
 def _agrees(pipe, inputs: list[torch.Tensor], outcome: Outcome) -> None:
@@ -49,13 +53,14 @@ def check(pipe, input_shapes, dtype: torch.dtype, device: torch.device, rank: in
           examples: int, seed: int) -> Outcome:
     """Check ``pipe`` on ``examples`` drawn examples; ``input_shapes(shape)`` gives each input's shape for an
     iteration shape. Returns the :class:`Outcome` (hypothesis's own errors, such as a health check, propagate)."""
-    from hypothesis import HealthCheck, given, seed as fixed_seed, settings, strategies as st
+    from hypothesis import HealthCheck, Phase, given, seed as fixed_seed, settings, strategies as st
     from ..testing.strategies import tensors
     outcome = Outcome()
 
     @fixed_seed(seed)
-    @settings(max_examples=examples, deadline=None, database=None, print_blob=False,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples, deadline=None, database=None, print_blob=False, phases=tuple(Phase),
+              derandomize=False, report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
+    # (each setting that decides what is drawn and shrunk is given: none comes from a profile a caller loaded)
     @given(st.data())
     def example(data):
         shape = tuple(data.draw(st.lists(st.integers(0, max_side), min_size=rank, max_size=rank), label="shape"))
@@ -68,10 +73,11 @@ def check(pipe, input_shapes, dtype: torch.dtype, device: torch.device, rank: in
         try:
             _agrees(pipe, inputs, outcome)
         except AssertionError as exc:
-            outcome.failing, outcome.message = inputs, str(exc)  # the last one stored is the shrunk one
+            outcome.failing, outcome.message, outcome.raised = inputs, str(exc), False  # the last one: the shrunk one
             raise
         except Exception as exc:  # the pipeline or the oracle failed outright: that is a finding too
-            outcome.failing, outcome.message = inputs, f"checking raised {type(exc).__name__}: {exc}"
+            outcome.failing, outcome.message = inputs, f"{type(exc).__name__}: {exc}"
+            outcome.raised = True
             raise
 
     try:
@@ -81,4 +87,16 @@ def check(pipe, input_shapes, dtype: torch.dtype, device: torch.device, rank: in
     except Exception:  # hypothesis re-raises the shrunk example's error, recorded above
         if outcome.failing is None:
             raise
+        outcome.any_values = _fails(pipe, [torch.zeros_like(t) for t in outcome.failing])
     return outcome
+
+
+def _fails(pipe, inputs: list[torch.Tensor]) -> bool:
+    """Whether ``inputs`` fail the check too (an exception of any kind counts as failing)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            _agrees(pipe, inputs, Outcome())
+    except Exception:
+        return True
+    return False

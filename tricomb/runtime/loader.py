@@ -16,8 +16,10 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
+import numpy
 import triton
 
+from ..errors import DeviceError
 from . import tuning
 
 _LOADED: dict[tuple[str, bool], ModuleType] = {}
@@ -44,7 +46,10 @@ def write_module(source: str) -> Path:
 
 
 def load_module(source: str, interpret: bool) -> ModuleType:
-    """Import the module ``source``, with Triton's interpreter on or off for its ``@triton.jit`` functions."""
+    """Import the module ``source``, with Triton's interpreter on or off for its ``@triton.jit`` functions.
+    Raises DeviceError, before anything runs, for the interpreter when it cannot run beside this numpy."""
+    if interpret and (problem := interpreter_problem(triton.__version__, numpy.__version__)):
+        raise DeviceError(problem)
     path = write_module(source)
     key = (path.stem, interpret)
     if key in _LOADED:
@@ -59,3 +64,20 @@ def load_module(source: str, interpret: bool) -> ModuleType:
     module.TUNING["reporters"] = tuning.REPORTERS  # the CLI's progress bar sees every kernel's tuning
     _LOADED[key] = module
     return module
+
+
+def _release(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def interpreter_problem(triton_version: str, numpy_version: str) -> str | None:
+    """Why Triton's interpreter (CPU tensors) cannot run beside this numpy, or None. Triton 3.6's interpreter
+    turns a 1-element array into an int with ``int()``, which numpy 2.4 refuses; Triton 3.7 and newer do not
+    (each run on this repository's CPU suite with numpy 2.4.6). Checked here rather than pinned: a package's
+    requirements cannot make numpy's bound depend on Triton's version."""
+    if _release(triton_version) < (3, 7) and _release(numpy_version) >= (2, 4):
+        return (f"CPU tensors run through Triton's interpreter, and Triton {triton_version}'s cannot run beside "
+                f"numpy {numpy_version} (it converts arrays with int(), which numpy 2.4 removed): install "
+                "numpy below 2.4 (pip install \"numpy<2.4\") or Triton 3.7 or newer; CUDA tensors are not affected")
+    return None
