@@ -263,7 +263,7 @@ def _check(args) -> int:
     console.print(f"{_escape(heading)}: [bold red]{verdict}[/bold red]")
     console.print(outcome.message, markup=False)
     shrunk = f"after {outcome.shrinking} more runs shrinking it"
-    if outcome.any_values:
+    if outcome.value_independent:
         console.print(f"smallest failing input ({shrunk}; it fails whatever the values, zeros too):")
         for i, t in enumerate(outcome.failing):
             console.print(f"  input {i}: {_described(t)}", markup=False)

@@ -20,15 +20,15 @@ import torch
 class Outcome:
     """What ``check`` found: how many examples ran before the first failure (all of them when none failed), how
     many further runs shrinking took, and the smallest failing example (inputs, message) if any. ``raised``: the
-    failure is an exception (tricomb's or the oracle's), not a result that differs; ``any_values``: the failing
-    inputs' shapes fail whatever their values (zeros fail too)."""
+    failure is an exception (tricomb's or the oracle's), not a result that differs; ``value_independent``: the
+    failing inputs' shapes fail whatever their values (zeros fail too)."""
 
     examples: int = 0
     shrinking: int = 0
     failing: list[torch.Tensor] | None = None
     message: str = ""
     raised: bool = False
-    any_values: bool = False
+    value_independent: bool = False
     refusals: int = 0
 
 
@@ -87,7 +87,7 @@ def check(pipe, input_shapes, dtype: torch.dtype, device: torch.device, rank: in
     except Exception:  # hypothesis re-raises the shrunk example's error, recorded above
         if outcome.failing is None:
             raise
-        outcome.any_values = _fails(pipe, [torch.zeros_like(t) for t in outcome.failing])
+        outcome.value_independent = _fails(pipe, [torch.zeros_like(t) for t in outcome.failing])
     return outcome
 
 
