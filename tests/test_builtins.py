@@ -31,6 +31,30 @@ def test_unary_builtin_in_half_precision(name, device):
     assert_matches_torch(tc.map(getattr(tc, name)), _values(device, torch.float16))
 
 
+def _extremes(dtype):
+    info = torch.iinfo(dtype)
+    return torch.tensor(sorted({info.min, info.min + 1, max(info.min, -1), 0, 1, info.max - 1, info.max}), dtype=dtype)
+
+
+def _takes(name, dtype) -> bool:
+    try:
+        OPS[name].torch(_extremes(dtype))
+    except (RuntimeError, TypeError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name, dtype", [(n, d) for d in (torch.int8, torch.uint8, torch.int32, torch.int64) for n in UNARY
+                                         if _takes(n, d)])
+def test_unary_builtin_at_integer_extremes_then_compared(name, dtype, device):
+    """At each end of the dtype's range, and compared after: the compiled code may assume nothing torch does not
+    guarantee (abs(INT_MIN) is INT_MIN, so it is not above -1)."""
+    x = _extremes(dtype).to(device)
+    fn = getattr(tc, name)
+    assert_matches_torch(tc.map(fn), x)
+    assert_matches_torch(tc.map(lambda v: fn(v) > -1), x)
+
+
 @pytest.mark.parametrize("name", BINARY)
 def test_binary_builtin_matches_torch(name, device):
     """At pairs of special floats; the bitwise ops, which take integers only, at pairs of special integers."""

@@ -449,7 +449,9 @@ def _binary(name, torch_fn, triton, doc, helpers=(), **laws):
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 
 _TABLE: list[OpSpec] = [
-    _unary("abs", torch.abs, "tl.abs({0})", "absolute value"),
+    # Integers by a select: compiled, tl.abs of an integer lets LLVM assume a result of 0 or more, so abs(INT_MIN)
+    # (INT_MIN, as torch's) > -1 came out True on the H200 (the property suite, Triton 3.6).
+    OpSpec("abs", 1, torch.abs, "tl.abs({0})", "absolute value", integer="tl.where({0} < 0, -{0}, {0})"),
     OpSpec("neg", 1, torch.neg, "({0} * -1.0)", "negation (of 0.0 too: -0.0, unlike Triton's unary minus)",
            integer="(-{0})"),
     _unary("exp", torch.exp, "tl.exp({0})", "e ** x"),
@@ -478,8 +480,9 @@ _TABLE: list[OpSpec] = [
     _unary("erf", torch.erf, "tl.erf({0})", "error function"),
     OpSpec("floor", 1, torch.floor, "tl.floor({0})", "round toward -inf", integer="{0}"),
     OpSpec("ceil", 1, torch.ceil, "tl.ceil({0})", "round toward +inf", integer="{0}"),
-    _unary("sign", torch.sign, "tl.where({0} > 0.0, 1.0, tl.where({0} < 0.0, -1.0, 0.0))",
-           "-1, 0 or 1 (0 for NaN, as torch on the CPU)"),
+    OpSpec("sign", 1, torch.sign, "tl.where({0} > 0.0, 1.0, tl.where({0} < 0.0, -1.0, 0.0))",
+           "-1, 0 or 1 (0 for NaN, as torch on the CPU)",
+           integer="tl.where({0} > 0, 1, tl.where({0} < 0, -1, 0)).to({0}.dtype)"),
     _binary("add", torch.add, "{0} + {1}", "a + b", associative=True, commutative=True, identity=0.0,
             reduce_ref=lambda x, dims: torch.sum(x, dim=dims), scan_ref=lambda x, d: torch.cumsum(x, dim=d),
             tile_reduce="tl.reduce({0}, {1}, tl.standard._sum_combine)",
