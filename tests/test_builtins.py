@@ -47,12 +47,12 @@ def _takes(name, dtype) -> bool:
 @pytest.mark.parametrize("name, dtype", [(n, d) for d in (torch.int8, torch.uint8, torch.int32, torch.int64) for n in UNARY
                                          if _takes(n, d)])
 def test_unary_builtin_at_integer_extremes_then_compared(name, dtype, device):
-    """At each end of the dtype's range, and compared after: the compiled code may assume nothing torch does not
-    guarantee (abs(INT_MIN) is INT_MIN, so it is not above -1)."""
+    """At each end of the dtype's range, and compared and selected on after: the compiled code may assume nothing
+    torch does not guarantee (abs(INT_MIN) is INT_MIN, so it is not above -1)."""
     x = _extremes(dtype).to(device)
     fn = getattr(tc, name)
     assert_matches_torch(tc.map(fn), x)
-    assert_matches_torch(tc.map(lambda v: fn(v) > -1), x)
+    assert_matches_torch(tc.map(lambda v: tc.where(fn(v) > -1, fn(v) * -2, fn(v) - 5)), x)
 
 
 @pytest.mark.parametrize("name", BINARY)

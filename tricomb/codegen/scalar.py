@@ -258,6 +258,7 @@ def _render(ctx: ScalarContext, expr: Call | JitCall, operands: list[str], dtype
         return f"{ctx.jit_names[id(expr.fn.fn.fn)]}({', '.join(operands)}).to({tl_dtype(taken)})"
     spec = OPS[expr.op]
     if spec.integer is not None and not dtype.is_floating_point:
+        ctx.use_helpers(spec.integer_helpers)
         return spec.integer.format(*operands)
     ctx.use_helpers(spec.helpers)
     return spec.triton.format(*operands)

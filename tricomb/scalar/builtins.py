@@ -62,6 +62,7 @@ class OpSpec:
     tile_reduce: str | None = None
     tile_scan: str | None = None
     integer: str | None = None  # rendering for integer operands, where it differs (floor of an int is itself)
+    integer_helpers: tuple[str, ...] = ()  # the helpers that rendering calls
 
 
 def _prod_over(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
@@ -139,6 +140,23 @@ from triton.language.extra import libdevice
 # and accurate), which the interpreter lacks; under the interpreter they use the portable formulas.
 TC_COMPILED = tl.constexpr(not triton.knobs.runtime.interpret)
 ''', ()),
+    "tc_abs_int": ('''
+@triton.jit
+def tc_abs_int(x):
+    # torch.abs of an int32 or int64: INT_MIN stays INT_MIN. Compiled, in PTX that LLVM does not see as an abs: after
+    # tl.abs, or any select or max form of it, where(abs(x) > -1, a, b) took a at INT_MIN on the H200
+    # (bench/experiments/int_abs.py): LLVM takes an abs to be 0 or more
+    if TC_COMPILED:
+        if x.dtype == tl.int64:
+            r = tl.inline_asm_elementwise("{ .reg .s64 t; shr.s64 t, $1, 63; xor.b64 $0, $1, t; sub.s64 $0, $0, t; }",
+                                          "=l,l", [x], dtype=tl.int64, is_pure=True, pack=1)
+        else:
+            r = tl.inline_asm_elementwise("{ .reg .s32 t; shr.s32 t, $1, 31; xor.b32 $0, $1, t; sub.s32 $0, $0, t; }",
+                                          "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        r = tl.abs(x)
+    return r
+''', ("tc_compiled",)),
     "tc_log1p": ('''
 @triton.jit
 def tc_log1p(x):
@@ -449,9 +467,8 @@ def _binary(name, torch_fn, triton, doc, helpers=(), **laws):
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 
 _TABLE: list[OpSpec] = [
-    # Integers by a select: compiled, tl.abs of an integer lets LLVM assume a result of 0 or more, so abs(INT_MIN)
-    # (INT_MIN, as torch's) > -1 came out True on the H200 (the property suite, Triton 3.6).
-    OpSpec("abs", 1, torch.abs, "tl.abs({0})", "absolute value", integer="tl.where({0} < 0, -{0}, {0})"),
+    OpSpec("abs", 1, torch.abs, "tl.abs({0})", "absolute value", integer="tc_abs_int({0})",
+           integer_helpers=("tc_abs_int",)),
     OpSpec("neg", 1, torch.neg, "({0} * -1.0)", "negation (of 0.0 too: -0.0, unlike Triton's unary minus)",
            integer="(-{0})"),
     _unary("exp", torch.exp, "tl.exp({0})", "e ** x"),
