@@ -143,9 +143,9 @@ TC_COMPILED = tl.constexpr(not triton.knobs.runtime.interpret)
     "tc_abs_int": ('''
 @triton.jit
 def tc_abs_int(x):
-    # torch.abs of an int32 or int64: INT_MIN stays INT_MIN. Compiled, in PTX that LLVM does not see as an abs: after
-    # tl.abs, or any select or max form of it, where(abs(x) > -1, a, b) took a at INT_MIN on the H200
-    # (bench/experiments/int_abs.py): LLVM takes an abs to be 0 or more
+    # torch.abs of an int32 or int64: INT_MIN stays INT_MIN. Compiled, as a shift, xor and subtract in inline PTX:
+    # tl.abs and every select or max form of it reach PTX as abs.s32/abs.s64, which ptxas takes to be 0 or more, so
+    # where(abs(x) > -1, a, b) took a at INT_MIN on the H200 (bench/experiments/int_abs.py)
     if TC_COMPILED:
         if x.dtype == tl.int64:
             r = tl.inline_asm_elementwise("{ .reg .s64 t; shr.s64 t, $1, 63; xor.b64 $0, $1, t; sub.s64 $0, $0, t; }",
