@@ -62,6 +62,7 @@ def test_explain_prints_the_plan(capsys):
     (["run", "zip_with mul", "--input", "missing.pt", "other.pt"], "no such file"),
     (["run", "zip_with mul", "--input", "a.pt"], "takes 2 input(s)"),
     (["run", "sum(axis=3)", "--shape", "4"], "axis 3 is out of range"),
+    (["run", "map exp", "--shape", "5", "--input", "x.pt"], "give one of the two"),
 ])
 def test_mistakes_exit_2_with_a_message(argv, message, capsys):
     assert main(argv) == 2

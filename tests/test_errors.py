@@ -327,3 +327,44 @@ def test_a_register_cap_override_may_be_none_or_a_count():
     for cap in (None, 64):
         with schedule_overrides(maxnreg=cap, BLOCK_K=4, LOOKBACK=True, WINDOW=2):
             assert_matches_torch(tc.cumsum(axis=1), x)
+
+
+def test_every_error_raised_on_purpose_is_a_subclass_of_tricomb_error():
+    """The guide's table gives a class for every mistake, so no mistake raises the base class itself. (A broken
+    installation, the DSL grammar missing, is no mistake of the caller's, and the one exception.)"""
+    import ast
+    root = Path(tc.__file__).parent
+    base = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and \
+                    getattr(node.exc.func, "id", None) == "TricombError":
+                base.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert base == ["dsl/parser.py:34"], base
+
+
+@pytest.mark.parametrize("make, error", [
+    (lambda: tc.fanout(tc.mean(axis=1), tc.max(axis=1)), tc.UnsupportedError),
+    (lambda: tc.fanout(tc.sum(axis=1)), tc.ArgumentError),
+    (lambda: tc.fanout(tc.sum(axis=1), tc.max(axis=0)), tc.ArgumentError),
+    (lambda: tc.map(tc.exp) >> tc.exp, tc.ArgumentError),
+    (lambda: tc.exp >> tc.sum(), tc.ArgumentError),
+    (lambda: tc.map(tc.exp) | tc.sum(), tc.ArgumentError),
+    (lambda: (lambda v: v) >> tc.sum(), tc.ArgumentError),
+    (lambda: tc.parse(b"map exp"), tc.ArgumentError),
+    (lambda: tc.parse("map f", env={1: tc.exp}), tc.ArgumentError),
+])
+def test_mistakes_building_a_pipeline_raise_their_own_class(make, error):
+    with pytest.raises(error):
+        make()
+
+
+def test_out_sharing_memory_is_an_alias_error():
+    x = torch.randn(6)
+    with pytest.raises(tc.AliasError, match="storage of an input"):
+        tc.map(tc.exp)(x, out=x)
+    pair = tc.map(lambda v: (v, v * 2.0))
+    buf = torch.empty(12)
+    with pytest.raises(tc.AliasError, match="share memory"):
+        pair(x, out=(buf[:6], buf[:6]))
+    assert isinstance(tc.AliasError("m"), ValueError)

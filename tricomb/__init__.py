@@ -12,7 +12,7 @@ from .api import (Pipeline, Plan, all, any, fanout, argmax, argmin, cummax, cumm
 from .dsl.parser import parse
 from . import library
 from .pipeline.operators import Laws, check_laws
-from .errors import (ArgumentError, ArityError, AxisError, DeviceError, DTypeError, InlineError, Location, ParseError, StageError,
+from .errors import (AliasError, ArgumentError, ArityError, AxisError, DeviceError, DTypeError, InlineError, Location, ParseError, StageError,
                      ShapeError, TraceError, TricombError, UnknownNameError, UnsupportedError, LawError)
 from .scalar.trace import BUILTINS as _BUILTINS
 
@@ -21,7 +21,7 @@ globals().update(_BUILTINS)  # tc.exp, tc.add, tc.where, ...: one public name pe
 __all__ = ["Pipeline", "Plan", "map", "zip_with", "reduce", "scan", "fanout", "sum", "prod", "max", "min", "mean", "nanmean", "nansum", "argmax", "argmin", "any", "all", "cumsum",
            "cumprod", "cummax", "cummin", "parse", "check_laws", "Laws", "TricombError", "ParseError", "UnknownNameError", "ArityError",
            "TraceError", "InlineError", "ShapeError", "AxisError", "DTypeError", "DeviceError", "UnsupportedError",
-           "StageError", "LawError", "ArgumentError", "library",
+           "StageError", "LawError", "ArgumentError", "AliasError", "library",
            "Location", "__version__"] + sorted(_BUILTINS)
 
 

@@ -7,7 +7,7 @@ import numbers
 
 import torch
 
-from .errors import (ArgumentError, AxisError, DTypeError, TricombError, UnsupportedError, caller_location,
+from .errors import (ArgumentError, AxisError, DTypeError, UnsupportedError, caller_location,
                      too_deeply_nested)
 from .lower.fuse import KernelPlan, describe
 from .pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
@@ -67,19 +67,19 @@ class Pipeline:
 
     def __rshift__(self, other: "Pipeline") -> "Pipeline":
         if not isinstance(other, Pipeline):
-            raise TricombError(f"a pipeline can only be composed (>>) with another pipeline or stage, not "
+            raise ArgumentError(f"a pipeline can only be composed (>>) with another pipeline or stage, not "
                                f"{type(other).__name__} {other!r}; wrap functions in tc.map(...)", caller_location())
         return Pipeline(PipelineIR(self.ir.stages + other.ir.stages))
 
     def __or__(self, other):
-        raise TricombError("in Python, compose stages with >> (| separates stages in the DSL text)",
-                           caller_location())
+        raise ArgumentError("in Python, compose stages with >> (| separates stages in the DSL text)",
+                            caller_location())
 
     __ror__ = __or__
 
     def __rrshift__(self, other):
-        raise TricombError(f"only pipelines compose with >>; {other!r} is not one. Wrap scalar functions in "
-                           "tc.map(...) or tc.zip_with(...)", caller_location())
+        raise ArgumentError(f"only pipelines compose with >>; {other!r} is not one. Wrap scalar functions in "
+                            "tc.map(...) or tc.zip_with(...)", caller_location())
 
     def __call__(self, *inputs: torch.Tensor, out: torch.Tensor | None = None, **named) -> torch.Tensor:
         # (the launch path: its slow part refuses deep nesting itself, so a repeated call pays no wrapper)
@@ -242,21 +242,23 @@ def fanout(*reduces: Pipeline) -> Pipeline:
     Each argument is a reduce stage with a builtin operator (``sum``, ``prod``, ``max``, ``min``, ``any``,
     ``all``, or ``tc.reduce(builtin)``), all over the same ``axis`` and ``keepdim``, without ``dtype=``. It is the
     reduce of an operator on k-tuples that applies each builtin to its own field, after a map copying the
-    input into every field. Raises :class:`TricombError` for anything else, naming the argument.
+    input into every field. Raises :class:`UnsupportedError` for another stage and :class:`ArgumentError` for
+    fewer than two or for different axes, naming the argument.
     """
     where = caller_location()
     if len(reduces) < 2:
-        raise TricombError(f"fanout takes two or more reduce stages, got {len(reduces)}", where)
+        raise ArgumentError(f"fanout takes two or more reduce stages, got {len(reduces)}", where)
     stages = []
     for k, pipe in enumerate(reduces):
         stage = pipe.ir.stages[0] if isinstance(pipe, Pipeline) and len(pipe.ir.stages) == 1 else None
         spec = operator_spec(stage.op) if isinstance(stage, Reduce) else None
         if spec is None or spec.identity is None or stage.mean or stage.index or stage.skip_nan or stage.dtype:
-            raise TricombError(f"fanout's argument {k} ({pipe}) is not a reduce stage with a builtin operator and no "
+            raise UnsupportedError(f"fanout's argument {k} ({pipe}) is not a reduce stage with a builtin operator and "
+                                   "no "
                                "dtype=; pass sum, prod, max, min, any, all or tc.reduce(builtin) stages (for a mean, "
                                "fan out the sum and divide after)", where)
         if stages and (stage.axis, stage.keepdim) != (stages[0].axis, stages[0].keepdim):
-            raise TricombError(f"fanout's argument {k} reduces axis={stage.axis}, keepdim={stage.keepdim}, but "
+            raise ArgumentError(f"fanout's argument {k} reduces axis={stage.axis}, keepdim={stage.keepdim}, but "
                                f"argument 0 axis={stages[0].axis}, keepdim={stages[0].keepdim}; one pass reduces "
                                "the same axes", where)
         stages.append(stage)

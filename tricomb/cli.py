@@ -50,8 +50,7 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--rank", type=int, default=2, help="rank of the drawn inputs (default: 2)")
             p.add_argument("--max-side", type=int, default=17, help="largest side drawn (default: 17)")
         else:
-            p.add_argument("--shape", type=int, nargs="+", default=[1_000_000],
-                           help="shape of generated inputs (default: 1000000)")
+            p.add_argument("--shape", type=int, nargs="+", help="shape of generated inputs (default: 1000000)")
             p.add_argument("--input", nargs="+", metavar="FILE", help=".pt or .npy files, one per pipeline input")
         p.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                        help="dtype of generated inputs (default: float32)")
@@ -115,19 +114,21 @@ def _input_shapes(pipe, shape: tuple[int, ...]) -> list[tuple[int, ...]]:
 
 def _inputs(args, pipe, device: torch.device) -> list[torch.Tensor]:
     count = pipe.num_inputs
+    if args.input and args.shape:
+        raise UsageError("--shape and --input: the files fix the inputs' shapes; give one of the two")
     if args.input:
         if len(args.input) != count:
             raise UsageError(f"the pipeline takes {count} input(s) but --input names {len(args.input)} file(s)")
         return [_load(path).to(device) for path in args.input]
-    if any(n < 0 or n >= 2**62 for n in args.shape):
-        raise UsageError(f"--shape {' '.join(map(str, args.shape))}: sizes must be 0 or more (and below 2**62)")
+    sides = tuple(args.shape or [1_000_000])
+    if any(n < 0 or n >= 2**62 for n in sides):
+        raise UsageError(f"--shape {' '.join(map(str, sides))}: sizes must be 0 or more (and below 2**62)")
     _check_seed(args.seed)
     generator = torch.Generator().manual_seed(args.seed)
     try:
-        return [_random(shape, DTYPES[args.dtype], generator).to(device)
-                for shape in _input_shapes(pipe, tuple(args.shape))]
+        return [_random(shape, DTYPES[args.dtype], generator).to(device) for shape in _input_shapes(pipe, sides)]
     except (RuntimeError, MemoryError, TypeError, ValueError, OverflowError) as exc:
-        raise UsageError(f"--shape {' '.join(map(str, args.shape))}: cannot make inputs of that shape ({exc})") \
+        raise UsageError(f"--shape {' '.join(map(str, sides))}: cannot make inputs of that shape ({exc})") \
             from None
 
 

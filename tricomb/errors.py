@@ -80,12 +80,17 @@ class DTypeError(TricombError):
 
 
 class DeviceError(TricombError):
-    """Inputs on different devices, or on a device tricomb cannot run on."""
+    """Inputs on different devices, or on a device tricomb cannot run on (the CPU too, where Triton's interpreter
+    cannot run beside the numpy installed)."""
 
 
 class ArgumentError(TricombError, ValueError):
     """A stage's or library pipeline's argument of the wrong type or value (``keepdim=2``, ``ema(alpha=0)``,
     ``dim=``, ``identity=`` that is not numbers), or a call given keyword inputs. Also a ValueError."""
+
+
+class AliasError(ArgumentError):
+    """``out=`` sharing memory with an input, or two tensors of ``out=`` sharing memory."""
 
 
 class StageError(TricombError):

@@ -293,13 +293,13 @@ def parse(text: str, env: dict | None = None, *, source: str = "<pipeline>"):
     :class:`UnknownNameError` (with did-you-mean suggestions).
     """
     if not isinstance(text, str):
-        raise TricombError(f"tc.parse takes DSL text (a str), got {type(text).__name__}", caller_location())
+        raise ArgumentError(f"tc.parse takes DSL text (a str), got {type(text).__name__}", caller_location())
     if env is not None and not isinstance(env, collections.abc.Mapping):
         raise ArgumentError(f"tc.parse's env must be a dict of names to functions, got {type(env).__name__}; "
                            "pass env={'name': fn}", caller_location())
     bad = [k for k in (env or {}) if not isinstance(k, str)]
     if bad:
-        raise TricombError(f"env keys must be names (str); got {bad!r}", caller_location())
+        raise ArgumentError(f"env keys must be names (str); got {bad!r}", caller_location())
     try:
         tree = _parser().parse(text)
         return _Build(text, dict(env or {}), source).transform(tree)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ArityError, DeviceError, DTypeError, ShapeError, TricombError, UnsupportedError, caller_location
+from ..errors import (AliasError, ArgumentError, ArityError, DeviceError, DTypeError, ShapeError, TricombError,
+                      UnsupportedError, caller_location)
 from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import check_callable, iteration_axes, operator_commutes
@@ -104,7 +105,7 @@ def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
                              f"{names}. Convert it with .to(torch.float32)")
     grads = [i for i, t in enumerate(tensors) if t.requires_grad]
     if torch.is_grad_enabled() and grads:
-        raise TricombError(f"input {grads[0]} requires grad, but tricomb kernels record no autograd graph; pass "
+        raise UnsupportedError(f"input {grads[0]} requires grad, but tricomb kernels record no autograd graph; pass "
                            "x.detach(), or call the pipeline under torch.no_grad()")
     devices = {t.device for t in tensors}
     if len(devices) > 1:
@@ -307,7 +308,7 @@ def check_out(out, fields: tuple[Field, ...], tensors: tuple) -> list[torch.Tens
     result), sharing no memory with an input or with each other. Returns the tensors, one per field."""
     if len(fields) > 1:
         if not isinstance(out, (tuple, list)) or len(out) != len(fields):
-            raise TricombError(f"the result is a {len(fields)}-tuple of tensors, so out= must be a tuple of "
+            raise ArgumentError(f"the result is a {len(fields)}-tuple of tensors, so out= must be a tuple of "
                                f"{len(fields)} tensors, got {type(out).__name__}")
         outs = list(out)
     else:
@@ -316,14 +317,14 @@ def check_out(out, fields: tuple[Field, ...], tensors: tuple) -> list[torch.Tens
         _check_one_out(o, f, tensors, "out=" if len(fields) == 1 else f"out[{k}]")
     pointers = [o.untyped_storage().data_ptr() for o in outs if o.numel()]
     if len(set(pointers)) != len(pointers):
-        raise TricombError("two tensors of out= share memory; pass a separate tensor for each result")
+        raise AliasError("two tensors of out= share memory; pass a separate tensor for each result")
     return outs
 
 
 def _check_one_out(out, field: Field, tensors: tuple, name: str) -> None:
     shape, dtype = field.shape, field.dtype
     if not isinstance(out, torch.Tensor):
-        raise TricombError(f"{name} must be a torch.Tensor, got {type(out).__name__}")
+        raise ArgumentError(f"{name} must be a torch.Tensor, got {type(out).__name__}")
     if out.layout != torch.strided or out.is_neg() or out.is_conj():
         what = "carries a lazy negation or conjugation bit, which tricomb's plain stores would not honour" \
             if out.layout == torch.strided else f"is a {out.layout} tensor"
@@ -341,7 +342,7 @@ def _check_one_out(out, field: Field, tensors: tuple, name: str) -> None:
         raise DeviceError(f"{name} is on {out.device} but the inputs are on {tensors[0].device}; allocate it there")
     if out.numel() and any(t.numel() and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
                            for t in tensors):
-        raise TricombError(f"{name} lies in the storage of an input; tricomb never writes where it reads, even to "
+        raise AliasError(f"{name} lies in the storage of an input; tricomb never writes where it reads, even to "
                            "parts an op would not overlap. Pass a tensor of its own storage")
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride())):
         raise ShapeError(f"{name} has a zero stride (an expanded tensor), so elements would overwrite each other; "

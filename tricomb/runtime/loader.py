@@ -73,11 +73,11 @@ def _release(version: str) -> tuple[int, int]:
 
 def interpreter_problem(triton_version: str, numpy_version: str) -> str | None:
     """Why Triton's interpreter (CPU tensors) cannot run beside this numpy, or None. Triton 3.6's interpreter
-    turns a 1-element array into an int with ``int()``, which numpy 2.4 refuses; Triton 3.7 and newer do not
+    calls ``int()`` on 1-element arrays, which numpy 2.4 refuses; Triton 3.7 and newer do not
     (each run on this repository's CPU suite with numpy 2.4.6). Checked here rather than pinned: a package's
     requirements cannot make numpy's bound depend on Triton's version."""
     if _release(triton_version) < (3, 7) and _release(numpy_version) >= (2, 4):
         return (f"CPU tensors run through Triton's interpreter, and Triton {triton_version}'s cannot run beside "
-                f"numpy {numpy_version} (it converts arrays with int(), which numpy 2.4 removed): install "
+                f"numpy {numpy_version} (it calls int() on 1-element arrays, which numpy 2.4 refuses): install "
                 "numpy below 2.4 (pip install \"numpy<2.4\") or Triton 3.7 or newer; CUDA tensors are not affected")
     return None

@@ -10,7 +10,7 @@ import contextlib
 import inspect
 import numbers
 
-from ..errors import ArityError, Location, TraceError, TricombError, caller_location
+from ..errors import ArgumentError, ArityError, Location, TraceError, TricombError, caller_location
 from .builtins import OPS, OpSpec
 from .ir import Arg, Call, Const, Expr, Function, JitCall, JitRef
 
@@ -145,7 +145,7 @@ class Builtin:
         return f"tc.{self.name}"
 
     def __rshift__(self, other):
-        raise TricombError(f"tc.{self.name} is a scalar function, not a stage; compose stages: "
+        raise ArgumentError(f"tc.{self.name} is a scalar function, not a stage; compose stages: "
                            f"tc.map(tc.{self.name}) >> ...", caller_location())
 
     __rrshift__ = __rshift__
