@@ -160,12 +160,12 @@ def test_check_gives_shapes_alone_for_a_failure_whatever_the_values(monkeypatch,
     monkeypatch.setattr(tricomb.testing, "assert_matches_torch", refuses_rank_one)
     assert main(["check", "map exp | sum", "--examples", "40", "--device", "cpu", "--rank", "1"]) == 1
     out = capsys.readouterr().out
-    assert "it fails whatever the values, zeros too" in out and "input 0: (4,) float32\n" in out
+    assert "filled with 0 and with 1 it fails too" in out and "input 0: (4,) float32\n" in out
     assert "tensor(" not in out
 
 
 def test_check_prints_a_failing_input_on_one_line(monkeypatch, capsys):
-    """Values a failure depends on are printed unwrapped; past 64 elements, three from each end of a dimension."""
+    """Values a failure depends on are printed unwrapped, each with the digits that give it back exactly."""
     import tricomb.testing
 
     def picky(pipe, *inputs, **kwargs):
@@ -175,7 +175,10 @@ def test_check_prints_a_failing_input_on_one_line(monkeypatch, capsys):
     assert main(["check", "map exp | sum", "--examples", "60", "--device", "cpu", "--rank", "1",
                  "--max-side", "100"]) == 1
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  input 0: (")]
-    assert len(lines) == 1 and "..." in lines[0], lines
+    assert len(lines) == 1, lines
+    printed = torch.tensor([float(v) for v in lines[0].split("tensor([")[1].split("])")[0].split(",")])
+    assert printed.numel() >= 70 and bool((printed > 0.5).any())
+    assert torch.equal(printed, printed.to(torch.float32).to(torch.float64).to(torch.float32)), "digits lost"
 
 
 def test_version_names_tricomb_triton_and_torch(capsys):
@@ -223,3 +226,27 @@ def test_python_dash_m_tricomb_is_the_command():
     import sys
     out = subprocess.run([sys.executable, "-m", "tricomb", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "usage: tricomb" in out.stdout
+
+
+@pytest.mark.parametrize("text", ["map exp | sum # [/red]", "map exp | sum # [bold]x"])
+def test_pipeline_text_is_printed_as_it_is_never_as_markup(text, capsys):
+    assert main(["run", text, "--shape", "6"]) == 0
+    assert text in capsys.readouterr().out
+
+
+def test_run_shows_nan_infinities_and_bools(tmp_path, capsys):
+    torch.save(torch.tensor([float("nan"), float("inf"), -float("inf"), 2.5]), tmp_path / "x.pt")
+    assert main(["run", "map x -> x * 1.0", "--input", str(tmp_path / "x.pt")]) == 0
+    assert main(["run", "map x -> x > 0.0", "--input", str(tmp_path / "x.pt")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("[nan, inf, -inf, 2.5] (float32, shape (4,))") == 2
+    assert out.count("[False, True, False, True] (bool, shape (4,))") == 2
+
+
+def test_check_beside_a_numpy_the_interpreter_cannot_use_is_a_usage_error(monkeypatch, capsys):
+    import numpy
+    import triton
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    monkeypatch.setattr(numpy, "__version__", "2.4.0")
+    assert main(["check", "map exp | sum(axis=1)", "--examples", "5", "--device", "cpu"]) == 2
+    assert 'pip install "numpy<2.4"' in capsys.readouterr().err

@@ -29,6 +29,18 @@ def test_var_and_std_as_torch(dtype, axis, keepdim, device):
                                    want.sqrt(), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype, big", [(torch.float32, 1.2e19), (torch.float64, 9e153)])
+@pytest.mark.parametrize("tiles", [{}, {"BLOCK_K": 2, "SPLIT": 2}], ids=["heuristic", "split-rows"])
+def test_var_and_std_of_values_whose_squares_overflow(dtype, big, tiles, device):
+    """Values whose differences' squares pass the dtype's largest number, where the sum of squared deviations
+    does not: no NaN from an empty side's count times an infinite square, and the spread as torch's."""
+    x = torch.tensor([[big, big, big], [big, -big, 0.0]], dtype=dtype, device=device)
+    with schedule_overrides(**tiles):
+        for pipe, ref in ((L.var(axis=1), torch.var), (L.std(axis=1), torch.std)):
+            want = ref(x.cpu().double(), dim=1)
+            torch.testing.assert_close(pipe(x).cpu().double(), want, rtol=1e-5, atol=0)
+
+
 def test_logsumexp_and_softmax_denominators_as_torch(device):
     x = torch.randn(7, 300, device=device) * 20
     got = one_launch(L.logsumexp(axis=1), x)

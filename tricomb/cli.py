@@ -164,11 +164,27 @@ def _pipeline(args):
 
 def _summary(t: torch.Tensor) -> str:
     dtype = str(t.dtype).replace("torch.", "")
-    flat = t.detach().reshape(-1)[:4].cpu().tolist()
+    flat = [_number(v) for v in t.detach().reshape(-1)[:4].cpu().tolist()]
     if t.dim() == 0:
-        return f"{flat[0]:.7g} ({dtype}, shape ())"
+        return f"{flat[0]} ({dtype}, shape ())"
     more = ", ..." if t.numel() > 4 else ""
-    return f"[{', '.join(f'{v:.7g}' for v in flat)}{more}] ({dtype}, shape {tuple(t.shape)})"
+    return f"[{', '.join(flat)}{more}] ({dtype}, shape {tuple(t.shape)})"
+
+
+def _number(v) -> str:
+    return str(v) if isinstance(v, (bool, int)) else f"{v:.7g}"
+
+
+def _table(title: str, **options):
+    """A rich table titled ``title`` as it is (user text is never read as markup); fill it with :func:`_row`."""
+    from rich.table import Table
+    from rich.text import Text
+    return Table(title=Text(title), **options)
+
+
+def _row(table, *cells: str) -> None:
+    from rich.text import Text
+    table.add_row(*(Text(c) for c in cells))
 
 
 def _time(pipe, inputs, device: torch.device) -> str:
@@ -183,7 +199,6 @@ def _time(pipe, inputs, device: torch.device) -> str:
 
 def _run(args) -> int:
     from rich.console import Console
-    from rich.table import Table
     from .pipeline.evaluate import evaluate
     from .runtime.tuning import progress_bar
     from .testing import count_launches, mismatches, reference
@@ -199,16 +214,16 @@ def _run(args) -> int:
     differ = [r.numel() if r.dtype != f.dtype or r.shape != f.value.shape else int(mismatches(r, f, refs[0].compute).sum())
               for r, f in zip(results, refs)]
     wrong = any(r.dtype != f.dtype or r.shape != f.value.shape for r, f in zip(results, refs)) or any(differ)
-    table = Table(title=f"tricomb run: {_short(args.pipeline)}", show_header=False)
+    table = _table(f"tricomb run: {_short(args.pipeline)}", show_header=False)
     described = ", ".join(_described(t) for t in inputs)
-    table.add_row("inputs", f"{len(inputs)} tensor(s) on {device}: {described}")
-    table.add_row("tricomb", "\n".join(_summary(r) for r in results))
-    table.add_row("torch", "\n".join(_summary(e) for e in _fields(eager)))
+    _row(table, "inputs", f"{len(inputs)} tensor(s) on {device}: {described}")
+    _row(table, "tricomb", "\n".join(_summary(r) for r in results))
+    _row(table, "torch", "\n".join(_summary(e) for e in _fields(eager)))
     total = sum(r.numel() for r in results)
     verdict = "yes" if not wrong else f"NO: {sum(differ)} of {total} elements differ (or the dtype or shape)"
-    table.add_row("match", f"{verdict} (float64 torch oracle, tolerance scaled by length)")
-    table.add_row("kernels", f"{launches.triton} Triton launch(es), {len(launches.torch_ops)} torch op(s)")
-    table.add_row("time", _time(pipe, inputs, device))
+    _row(table, "match", f"{verdict} (float64 torch oracle, tolerance scaled by length)")
+    _row(table, "kernels", f"{launches.triton} Triton launch(es), {len(launches.torch_ops)} torch op(s)")
+    _row(table, "time", _time(pipe, inputs, device))
     Console().print(table)
     return 1 if wrong else 0
 
@@ -250,6 +265,9 @@ def _check(args) -> int:
     _check_seed(args.seed)
     pipe = _pipeline(args)
     device = _device(args)
+    if device.type == "cpu":
+        from .runtime.loader import require_interpreter
+        require_interpreter()  # a DeviceError (exit 2): no example could run
     _runs_at_rank(pipe, args.rank)
     outcome = check(pipe, lambda shape: _input_shapes(pipe, shape), DTYPES[args.dtype], device, args.rank,
                     args.max_side, args.examples, args.seed)
@@ -265,13 +283,14 @@ def _check(args) -> int:
     console.print(outcome.message, markup=False)
     shrunk = f"after {outcome.shrinking} more runs shrinking it"
     if outcome.value_independent:
-        console.print(f"smallest failing input ({shrunk}; it fails whatever the values, zeros too):")
+        console.print(f"smallest failing input ({shrunk}; filled with 0 and with 1 it fails too, so these are its "
+                      "shapes alone):")
         for i, t in enumerate(outcome.failing):
             console.print(f"  input {i}: {_described(t)}", markup=False)
         return 1
     console.print(f"smallest failing input ({shrunk}):")
-    with _printing_values():
-        for i, t in enumerate(outcome.failing):
+    for i, t in enumerate(outcome.failing):
+        with _printing_values(t.dtype):
             console.print(f"  input {i}: {_described(t)} = {t.cpu()}", markup=False)
     return 1
 
@@ -295,14 +314,18 @@ def _runs_at_rank(pipe, rank: int) -> None:
         raise UsageError(f"--rank {rank}: {exc.message} (try another --rank)") from None
 
 
-def _printing_values():
-    """Torch's printing with every digit of a float32, on one line; past 64 elements, the first and last three of
-    each dimension."""
+_DIGITS = {torch.float64: 16, torch.float32: 8, torch.float16: 4, torch.bfloat16: 3}  # after the point: 17, 9, 5, 4
+
+
+def _printing_values(dtype: torch.dtype):
+    """Torch's printing of a ``dtype`` tensor on one line, floats in scientific notation with the significant
+    digits that give back each value exactly; past 1000 elements, the first and last three of each dimension."""
     import contextlib
 
     @contextlib.contextmanager
     def printing():
-        torch.set_printoptions(precision=10, threshold=64, edgeitems=3, linewidth=10**6)
+        torch.set_printoptions(precision=_DIGITS.get(dtype, 4), sci_mode=dtype in _DIGITS, threshold=1000,
+                               edgeitems=3, linewidth=10**6)
         try:
             yield
         finally:
@@ -312,7 +335,6 @@ def _printing_values():
 
 def _bench(args) -> int:
     from rich.console import Console
-    from rich.table import Table
     from .commands.bench import bench
     if args.device == "cpu" or not torch.cuda.is_available():
         raise UsageError("bench times kernels on a CUDA GPU (none here); on the CPU, Triton's interpreter runs "
@@ -320,11 +342,11 @@ def _bench(args) -> int:
     pipe = _pipeline(args)
     inputs = _inputs(args, pipe, torch.device("cuda"))
     rows = bench(pipe, inputs)
-    table = Table(title=f"tricomb bench: {_short(args.pipeline)} on {torch.cuda.get_device_name()}")
+    table = _table(f"tricomb bench: {_short(args.pipeline)} on {torch.cuda.get_device_name()}")
     for column in ("implementation", "ms", "GB/s", "tricomb is faster by", "matches torch"):
         table.add_column(column, justify="left" if column == "implementation" else "right")
     for row in rows:
-        table.add_row(row.name, f"{row.ms:.4f}", f"{row.gbps:.0f}", f"{row.ms / rows[0].ms:.2f}x",
+        _row(table, row.name, f"{row.ms:.4f}", f"{row.gbps:.0f}", f"{row.ms / rows[0].ms:.2f}x",
                       "yes" if row.matches else "NO")
     Console().print(table)
     return 0 if all(row.matches for row in rows) else 1

@@ -68,7 +68,9 @@ def _welford(n1, mean1, m2_1, n2, mean2, m2_2):
     n = n1 + n2
     share = where(n == 0, 0.0, n2 / where(n == 0, 1.0, n))
     delta = mean2 - mean1
-    return n, mean1 + delta * share, m2_1 + m2_2 + delta * delta * n1 * share
+    # delta * (delta * (n1 * share)), not delta * delta * ...: n1 * share = n1 * n2 / n is at most min(n1, n2), so
+    # the product overflows only where the result does, and is 0, not inf * 0, when either side is empty
+    return n, mean1 + delta * share, m2_1 + m2_2 + delta * (delta * (n1 * share))
 
 
 def _operator(fn, role: str):

@@ -140,8 +140,9 @@ def scalar_where(condition: str, then: str, otherwise: str) -> str:
     """A block of bools: ``then`` where the scalar ``condition`` holds, ``otherwise`` where it does not. A scalar
     condition meets a block only through this select, never through ``&`` or ``|``: Triton's interpreter
     broadcasts a scalar comparison into int32 lanes, and 3.9's refuses a mask those lanes reach ("mask has
-    unsupported dtype"). The select's lanes are bools in every Triton of the range; on the GPU it costs what the
-    ``&`` did."""
+    unsupported dtype"). The select's lanes are bools in every Triton of the range, so long as ``then`` and
+    ``otherwise`` are blocks or constants (a scalar comparison there would be broadcast too); on the GPU it costs
+    what the ``&`` did."""
     return f"tl.where({condition}, {then}, {otherwise})"
 
 

@@ -5,8 +5,8 @@ or scan of that shape and those joining after it of the reduced shape, with valu
 and signed zeros. tricomb's result must equal the float64 torch oracle's within its tolerance
 (:func:`tricomb.testing.assert_matches_torch`); where torch refuses an input, tricomb must raise a
 :class:`~tricomb.errors.TricombError`. On a mismatch hypothesis shrinks the example, and the smallest failing
-input is reported, with its values when a failure depends on them (the same shapes filled with zeros pass) and
-as shapes and dtypes alone when it does not.
+input is reported, with its values, or by shapes and dtypes alone when the same shapes filled with 0 and filled
+with 1 fail too.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class Outcome:
     """What ``check`` found: how many examples ran before the first failure (all of them when none failed), how
     many further runs shrinking took, and the smallest failing example (inputs, message) if any. ``raised``: the
     failure is an exception (tricomb's or the oracle's), not a result that differs; ``value_independent``: the
-    failing inputs' shapes fail whatever their values (zeros fail too)."""
+    failing inputs' shapes fail filled with 0 and filled with 1 too (the values seem not to matter)."""
 
     examples: int = 0
     shrinking: int = 0
@@ -87,7 +87,8 @@ def check(pipe, input_shapes, dtype: torch.dtype, device: torch.device, rank: in
     except Exception:  # hypothesis re-raises the shrunk example's error, recorded above
         if outcome.failing is None:
             raise
-        outcome.value_independent = _fails(pipe, [torch.zeros_like(t) for t in outcome.failing])
+        outcome.value_independent = all(_fails(pipe, [torch.full_like(t, fill) for t in outcome.failing])
+                                        for fill in (0, 1))
     return outcome
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import warnings
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -103,9 +104,12 @@ def fast_key(tensors: tuple) -> tuple | None:
 
 
 def _quiet(start):
-    """For the interpreter: masked-off lanes of its numpy arrays compute log(0), 0/0, ...; nothing reads them."""
+    """For the interpreter: masked-off lanes of its numpy arrays compute log(0), 0/0, ...; nothing reads them. And
+    Triton 3.6's interpreter calls int() on 1-element arrays, which numpy 1.25 to 2.3 warn of (an error under
+    ``-W error``); its result is right."""
     def run(*tensors, out=None):
-        with numpy.errstate(all="ignore"):
+        with numpy.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Conversion of an array with ndim > 0 to a scalar", DeprecationWarning)
             return start(*tensors, out=out)
     run.launcher = getattr(start, "launcher", None)
     return run

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -48,8 +49,8 @@ def write_module(source: str) -> Path:
 def load_module(source: str, interpret: bool) -> ModuleType:
     """Import the module ``source``, with Triton's interpreter on or off for its ``@triton.jit`` functions.
     Raises DeviceError, before anything runs, for the interpreter when it cannot run beside this numpy."""
-    if interpret and (problem := interpreter_problem(triton.__version__, numpy.__version__)):
-        raise DeviceError(problem)
+    if interpret:
+        require_interpreter()
     path = write_module(source)
     key = (path.stem, interpret)
     if key in _LOADED:
@@ -66,9 +67,16 @@ def load_module(source: str, interpret: bool) -> ModuleType:
     return module
 
 
-def _release(version: str) -> tuple[int, int]:
-    major, minor = version.split(".")[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+def require_interpreter() -> None:
+    """Raises DeviceError when Triton's interpreter cannot run CPU tensors beside the numpy installed."""
+    if problem := interpreter_problem(triton.__version__, numpy.__version__):
+        raise DeviceError(problem)
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a version string ("3.6.0+git", "3.6rc1", "2.4.0.dev0"), or None if it has none."""
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def interpreter_problem(triton_version: str, numpy_version: str) -> str | None:
@@ -76,7 +84,10 @@ def interpreter_problem(triton_version: str, numpy_version: str) -> str | None:
     calls ``int()`` on 1-element arrays, which numpy 2.4 refuses; Triton 3.7 and newer do not
     (each run on this repository's CPU suite with numpy 2.4.6). Checked here rather than pinned: a package's
     requirements cannot make numpy's bound depend on Triton's version."""
-    if _release(triton_version) < (3, 7) and _release(numpy_version) >= (2, 4):
+    triton_release, numpy_release = _release(triton_version), _release(numpy_version)
+    if triton_release is None or numpy_release is None:
+        return None  # a version that names no release: nothing to tell
+    if triton_release < (3, 7) and numpy_release >= (2, 4):
         return (f"CPU tensors run through Triton's interpreter, and Triton {triton_version}'s cannot run beside "
                 f"numpy {numpy_version} (it calls int() on 1-element arrays, which numpy 2.4 refuses): install "
                 "numpy below 2.4 (pip install \"numpy<2.4\") or Triton 3.7 or newer; CUDA tensors are not affected")
