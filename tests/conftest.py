@@ -1,6 +1,6 @@
-"""Shared fixtures: the devices to run on (the CPU through Triton's interpreter, and CUDA when present), and
-hypothesis profiles (``TRICOMB_HYPOTHESIS_PROFILE=gpu`` draws more examples; ``ci-noshrink``, CI's, does not shrink), and a check that
-every mask Triton's interpreter sees is made of bools."""
+"""Shared fixtures: the devices to run on (the CPU through Triton's interpreter, and CUDA when present),
+hypothesis profiles (``TRICOMB_HYPOTHESIS_PROFILE=gpu`` draws more examples; ``ci-noshrink``, CI's, does not
+shrink), and a check that every mask Triton's interpreter sees is made of bools."""
 import os
 
 import numpy as np
@@ -22,7 +22,8 @@ settings.register_profile("gpu-noshrink", max_examples=200, deadline=None,
 # same example and shrinks it.
 settings.register_profile("ci-noshrink", parent=settings.get_profile("default"),
                           phases=[Phase.explicit, Phase.reuse, Phase.generate])
-settings.load_profile(os.environ.get("TRICOMB_HYPOTHESIS_PROFILE", "ci-noshrink" if os.environ.get("CI") else "default"))
+settings.load_profile(os.environ.get("TRICOMB_HYPOTHESIS_PROFILE",
+                                     "ci-noshrink" if os.environ.get("CI") else "default"))
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -44,8 +44,10 @@ def _takes(name, dtype) -> bool:
     return True
 
 
-@pytest.mark.parametrize("name, dtype", [(n, d) for d in (torch.int8, torch.uint8, torch.int32, torch.int64) for n in UNARY
-                                         if _takes(n, d)])
+INTEGERS = (torch.int8, torch.uint8, torch.int32, torch.int64)
+
+
+@pytest.mark.parametrize("name, dtype", [(n, d) for d in INTEGERS for n in UNARY if _takes(n, d)])
 def test_unary_builtin_at_integer_extremes_then_compared(name, dtype, device):
     """At each end of the dtype's range, and compared and selected on after: the compiled code may assume nothing
     torch does not guarantee (abs(INT_MIN) is INT_MIN, so it is not above -1)."""

@@ -1,8 +1,8 @@
 """Triton's own scan test set (python/test/unit/language/test_core.py, test_scan2d), each case one tricomb
 kernel: cumsum, cumprod, a first-element operator (associative, not commutative), the linear recurrence and
 cummax with its index, forward and reverse, along both axes of 2-D inputs, each with the heuristic plan and with
-one tile per program joined by the decoupled look-back (on one shape). References: torch.cumsum, torch.cumprod and torch.cummax,
-and a sequential float64 loop for the rest."""
+one tile per program joined by the decoupled look-back (on one shape). References: torch.cumsum, torch.cumprod
+and torch.cummax, and a sequential float64 loop for the rest."""
 import math
 
 import pytest
