@@ -31,6 +31,18 @@ def test_unary_builtin_in_half_precision(name, device):
     assert_matches_torch(tc.map(getattr(tc, name)), _values(device, torch.float16))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_unary_builtins_give_a_zero_the_sign_torch_gives_it(dtype, device):
+    """At +0.0 and -0.0 each builtin's zero results carry the sign torch gives them in float64, the oracle's
+    precision (tanh(-0.0) is -0.0; torch's own float32 gelu gives +0.0 there, its float64 and float16 -0.0)."""
+    x = torch.tensor([0.0, -0.0], dtype=dtype, device=device)
+    for name in UNARY:
+        want = OPS[name].torch(x.cpu().double())
+        got = tc.map(getattr(tc, name))(x).cpu()
+        if got.dtype.is_floating_point:
+            assert torch.equal(torch.signbit(got), torch.signbit(want.to(got.dtype))), (name, got, want)
+
+
 def _extremes(dtype):
     info = torch.iinfo(dtype)
     return torch.tensor(sorted({info.min, info.min + 1, max(info.min, -1), 0, 1, info.max - 1, info.max}), dtype=dtype)

@@ -368,3 +368,16 @@ def test_out_sharing_memory_is_an_alias_error():
     with pytest.raises(tc.AliasError, match="share memory"):
         pair(x, out=(buf[:6], buf[:6]))
     assert isinstance(tc.AliasError("m"), ValueError)
+
+
+def test_an_input_requiring_grad_in_grad_mode_is_refused_on_every_path():
+    """After a call under torch.no_grad() (which prepares a launch and enters the module in the disk index), a
+    call in grad mode is refused, by the same pipeline and by a new one the disk index knows."""
+    x = torch.randn(5, requires_grad=True)
+    pipe = tc.map(lambda v: v * 3.0 - 1.0)
+    with torch.no_grad():
+        assert torch.allclose(pipe(x), x.detach() * 3.0 - 1.0)
+    with pytest.raises(tc.UnsupportedError, match="requires grad"):
+        pipe(x)
+    with pytest.raises(tc.UnsupportedError, match="requires grad"):
+        tc.map(lambda v: v * 3.0 - 1.0)(x)

@@ -92,13 +92,16 @@ def compile_for(pipeline: PipelineIR, cache: dict, tensors: tuple, out=None) -> 
 
 def fast_key(tensors: tuple) -> tuple | None:
     """What fixes a prepared launch: each input's dtype, shape, strides, device and 16-byte alignment (Triton
-    specializes pointers on it), its lazy negation and conjugation bits and whether it requires grad (which the
-    full path refuses), and torch's default dtype (the dtype of Python floats meeting integers); None when an
-    input is not a strided tensor (the full path then says what is wrong)."""
+    specializes pointers on it), its lazy negation and conjugation bits and whether it requires grad, and torch's
+    default dtype (the dtype of Python floats meeting integers). None, so that the full path says what is wrong,
+    when an input is not a strided tensor, or requires grad in grad mode (which the full path refuses: a launch
+    prepared under ``torch.no_grad()``, or found in the disk index, must not serve such a call)."""
     try:
         inputs = tuple((t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16, t.is_neg(), t.is_conj(),
                         t.requires_grad) for t in tensors)
     except (AttributeError, RuntimeError, NotImplementedError, TypeError):  # sparse, nested, mkldnn, not tensors
+        return None
+    if any(requires_grad for *_, requires_grad in inputs) and torch.is_grad_enabled():
         return None
     return inputs, torch.get_default_dtype()
 

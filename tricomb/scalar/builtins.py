@@ -192,6 +192,7 @@ def tc_tanh(x):
         e = tc_expm1(-2.0 * tl.abs(x))
         t = -e / (e + 2.0)
         t = tl.where(x < 0.0, -t, t)
+        t = tl.where(x == 0.0, x, t)  # tanh(-0.0) is -0.0
     return t
 ''', ("tc_compiled", "tc_expm1")),
     "tc_log1p_unit": ('''
