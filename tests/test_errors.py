@@ -340,7 +340,7 @@ def test_every_error_raised_on_purpose_is_a_subclass_of_tricomb_error():
             if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and \
                     getattr(node.exc.func, "id", None) == "TricombError":
                 base.append(f"{path.relative_to(root)}:{node.lineno}")
-    assert base == ["dsl/parser.py:34"], base
+    assert len(base) == 1 and base[0].startswith("dsl/parser.py:"), base  # grammar_path's
 
 
 @pytest.mark.parametrize("make, error", [

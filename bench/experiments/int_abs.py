@@ -1,8 +1,9 @@
-"""Which integer abs survives compilation at INT_MIN: each form, then ``> -1``, on int32 and int64 (GPU).
+"""Which integer abs survives compilation at INT_MIN: each form, then ``where(a > -1, a * -2, a - 5)``, on int32
+and int64 (GPU), with the abs stored beside it and not.
 
-torch.abs(INT_MIN) is INT_MIN (the negation wraps), so ``abs(x) > -1`` is False there. Compiled, a form that LLVM
-or ptxas takes to be at least 0 folds the comparison to True. Prints, per form and dtype, abs(INT_MIN) and the
-comparison for [INT_MIN, -1, 0, 1, INT_MAX].
+torch.abs(INT_MIN) is INT_MIN (the negation wraps), so ``a > -1`` is False there and the select gives ``a - 5``.
+Compiled, a form that the compiler takes to be at least 0 folds the comparison to True. Prints, per form, dtype and
+storing, abs(INT_MIN) as stored and the select's value at INT_MIN, against torch's.
 
     python bench/experiments/int_abs.py
 """
@@ -26,11 +27,9 @@ def _forms(x_ptr, abs_ptr, above_ptr, FORM: tl.constexpr, STORE_ABS: tl.constexp
         a = (x ^ sign) - sign
     elif FORM == 4:
         a = tl.where(x < 0, x * -1, x) * tl.where(x == x, 1, 0)
-    elif FORM == 5:
+    else:
         a = tl.inline_asm_elementwise("{ .reg .s64 t; shr.s64 t, $1, 63; xor.b64 $0, $1, t; sub.s64 $0, $0, t; }",
                                       "=l,l", [x.to(tl.int64)], dtype=tl.int64, is_pure=True, pack=1).to(x.dtype)
-    else:
-        a = tl.where(x < 0, -x, x)
     if STORE_ABS:
         tl.store(abs_ptr + i, a, mask=i < 5)
     # the pipeline the GPU property suite failed on: abs, then where(a > -1, a * -2, a - 5)
