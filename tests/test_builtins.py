@@ -9,6 +9,7 @@ import tricomb as tc
 from tricomb.scalar.builtins import OPS
 from tricomb.testing import assert_matches_torch
 
+inf, nan = math.inf, math.nan
 SPECIAL = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-30, -1e-30, 1e-6, -1e-6, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0,
            3.0, -3.0, 19.9, 20.0, 20.1, -20.5, 88.0, -88.0, 100.0, -100.0, 1e4, -1e4]
 UNARY = sorted(n for n, s in OPS.items() if s.arity == 1)
@@ -82,6 +83,24 @@ def test_binary_builtin_matches_torch(name, device):
     a = torch.tensor([p[0] for p in pairs], device=device)
     b = torch.tensor([p[1] for p in pairs], device=device)
     assert_matches_torch(tc.zip_with(getattr(tc, name)), a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 2, 3.0, -1.0, -2, 0.0, 1.5])
+def test_pow_by_a_number_is_torch_pow_for_every_float_dtype(exponent, dtype, device):
+    """torch.pow(tensor, number) picks its kernel by exponent, dtype and device: 0.5 and -0.5 are sqrt and rsqrt,
+    except in float16 on the CPU, where they are C's pow, as every exponent is there (pow(-0.0, 0.5) is 0.0 and
+    pow(-inf, 0.5) inf, where sqrt gives -0.0 and NaN); 2 and 3 multiply. x ** c and tc.pow(x, c) give torch's
+    values, NaN and the sign of zero included; a tensor of exponents is C's pow whatever its values."""
+    x = torch.tensor([-inf, -0.0, 0.0, inf, nan, -2.0, 4.0, 1e-3, 0.7, -1.0], dtype=dtype, device=device)
+    results = [(tc.map(lambda v: v ** exponent)(x), torch.pow(x, exponent)),
+               (tc.map(lambda v: tc.pow(v, exponent))(x), torch.pow(x, exponent)),
+               (tc.zip_with(tc.pow)(x, torch.full_like(x, exponent)), torch.pow(x, torch.full_like(x, exponent)))]
+    for got, want in results:
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, equal_nan=True)
+        zeros = want == 0
+        assert torch.equal(got[zeros].signbit(), want[zeros].signbit()), (exponent, got, want)
 
 
 def test_where_matches_torch(device):

@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 import triton
@@ -324,3 +325,156 @@ def test_what_triton_cannot_run_is_an_unsupported_error_at_the_stage():
     with pytest.raises(tc.UnsupportedError, match="Triton could not run this pipeline's kernel") as info:
         pipe(torch.ones(4))
     assert info.value.location.line == _line_of("# noise-stage")
+
+
+# Hygiene (found by the review of the inliner): the copy of a function means what the function means, whatever
+# its names, its scopes and the numbers it reads; the helper functions live in tests/scripts.
+
+def _copied(fn, x):
+    """``fn``'s copy in the module tricomb emits for ``tc.map(lambda v: fn(v))``, as a Python function."""
+    from tricomb.runtime.loader import load_module
+    module = load_module(tc.map(lambda v: fn(v)).source(x), interpret=True)
+    return getattr(module, f"user_{fn.fn.__name__}").fn
+
+
+def _plain(value):
+    """A value computed by a copied function run as plain Python (its constants are tl.constexpr)."""
+    while isinstance(value, tl.constexpr):
+        value = value.value
+    return value
+
+
+def test_a_callers_local_named_like_the_constant_made_for_its_callees_global_stays_its_own():
+    """The caller's local user_K met the constant user_K made for reads_k's K: K then read the local."""
+    from scripts import jit_hygiene
+    x = torch.tensor([1.0, 2.0, -3.0])
+    torch.testing.assert_close(tc.map(jit_hygiene.local_named_like_the_constant)(x), (x * 2.0 + 1.0) * 2.0)
+
+
+def test_a_local_named_like_a_module_level_name_the_copy_reads_is_renamed():
+    """A local tl next to triton.language imported as `language` (written as tl in the copy); and Triton's own
+    function reached through that alias (its module-level re-decoration named the user's alias)."""
+    from scripts import jit_hygiene
+    x = torch.tensor([-1.0, 0.5, 2.0])
+    torch.testing.assert_close(tc.map(jit_hygiene.local_named_tl)(x), x.clamp(min=0.0) * 3.0)
+    torch.testing.assert_close(tc.map(jit_hygiene.library_function_through_an_alias)(x), torch.sigmoid(x) * 2.0)
+
+
+# Each function of tests/scripts/jit_scopes.py binds a K of its own in one binding form, beside the global K:
+# its copy, run as plain Python on tensors, must give what the function itself gives. Those Triton's interpreter
+# can run (it cannot run a nested def or a class with a method) also run through tricomb.
+_BINDING_FORMS = [
+    ("lambda_parameter", True), ("lambda_default_and_keyword_only", True), ("lambda_star_parameters", True),
+    ("lambda_parameter_named_like_a_jit_function", True), ("nested_def_parameter", False),
+    ("nested_def_name", False), ("nested_nonlocal", False), ("nested_global", False), ("class_scope", False),
+    ("list_comprehension_target", True), ("comprehension_first_iterable_outside", True),
+    ("dict_comprehension_target", True), ("two_generators", True), ("walrus_in_comprehension", True),
+    ("walrus", True), ("for_target", True), ("with_target", True), ("except_target", True), ("import_as", True),
+    ("from_import_as", True), ("augmented_assignment", True), ("annotated_assignment", True),
+    ("annotation_then_assignment", True), ("deleted", True), ("starred_assignment", True),
+    ("match_capture", True), ("match_star_and_rest", True), ("global_statement", True),
+    ("default_read_outside", True),
+]
+
+
+@pytest.mark.parametrize("name,runs_in_triton", _BINDING_FORMS)
+def test_every_binding_form_keeps_its_name_apart_from_the_global(name, runs_in_triton):
+    from scripts import jit_scopes
+    fn = getattr(jit_scopes, name)
+    x = torch.tensor([1.0, 2.0, -4.0])
+    expected = fn.fn(x)  # the function itself, as Python on tensors
+    assert torch.equal(torch.as_tensor(_plain(_copied(fn, x)(x))), expected)
+    if runs_in_triton:
+        torch.testing.assert_close(tc.map(fn)(x), expected)
+
+
+def test_a_jit_function_that_assigns_a_global_is_refused_at_its_line():
+    from scripts import jit_hygiene
+    with pytest.raises(tc.InlineError, match="assigns to 'K', a global; a kernel cannot change") as info:
+        tc.map(jit_hygiene.assigns_a_global)
+    assert info.value.location.line == jit_hygiene.assigns_a_global.fn.__code__.co_firstlineno + 3
+
+
+def _keeps_signed_zeros(device) -> bool:
+    """Whether Triton keeps the sign of a scalar zero in a jit function here (Triton 3.6's interpreter drops it:
+    x * -0.0 is 0.0)."""
+    from scripts import jit_numbers_b
+    return bool(torch.signbit(tc.map(jit_numbers_b.times_negative_zero)(torch.ones(1, device=device))).item())
+
+
+def test_numbers_equal_as_numbers_but_not_as_values_stay_apart(device):
+    """Z is 0.0 in one module and -0.0 in the other, ONE is 1, 1.0 and True: one constant each, never merged."""
+    from scripts import jit_numbers_a as a, jit_numbers_b as b
+    x = torch.tensor([1.0, 2.0], device=device)
+    pipe = tc.map(lambda v: (a.reciprocal_of_zero(v), b.reciprocal_of_zero(v)))
+    positive, negative = pipe(x)
+    assert torch.equal(positive.cpu(), torch.full((2,), float("inf")))
+    if _keeps_signed_zeros(device):
+        assert torch.equal(negative.cpu(), torch.full((2,), float("-inf")))
+    source = pipe.source(x)
+    assert "tl.constexpr(0.0)\n" in source and "tl.constexpr(-0.0)\n" in source
+    n = torch.tensor([2 ** 24 + 1, 3], dtype=torch.int32, device=device)  # 2**24 + 1 is no float32
+    pipe = tc.map(lambda v: (a.times_one(v), b.times_one(v), a.times(True)(v)))
+    by_int, by_float, by_bool = pipe(n)
+    assert torch.equal(by_int, n) and torch.equal(by_bool, n)
+    assert torch.equal(by_float, (n.to(torch.float32) * 1.0).to(torch.int32))
+    source = pipe.source(n)
+    for text in ("tl.constexpr(1)\n", "tl.constexpr(1.0)\n", "tl.constexpr(True)\n"):
+        assert text in source
+
+
+def test_non_finite_and_numpy_globals_are_written_as_expressions_of_their_values(device):
+    """inf (in a tl.constexpr), -inf, nan, numpy.float64, numpy.float32, numpy.int64 and numpy.bool_ globals
+    (tl.constexpr(inf) was a NameError when the module was imported)."""
+    from scripts import jit_hygiene
+    x = torch.tensor([-1.0, 0.5, 3.0, float("inf"), float("-inf")], device=device)
+    pipe = tc.map(jit_hygiene.special_numbers)
+    third = float(numpy.float32(1 / 3))
+    expected = torch.where(x > 0.0, x * 0.25 + x * third * 3, float("nan"))
+    torch.testing.assert_close(pipe(x), expected, equal_nan=True)
+    source = pipe.source(x)
+    for text in ('tl.constexpr(float("inf"))', 'tl.constexpr(float("-inf"))', 'tl.constexpr(float("nan"))',
+                 "tl.constexpr(0.25)", f"tl.constexpr({third!r})", "tl.constexpr(3)", "tl.constexpr(True)"):
+        assert text in source
+    assert "numpy" not in source and "np." not in source
+
+
+def test_a_number_no_python_number_equals_exactly_is_refused():
+    from scripts import jit_hygiene
+    with pytest.raises(tc.InlineError, match="'LONG_THIRD': .* is not exactly any Python float"):
+        tc.map(jit_hygiene.reads_a_longdouble)
+
+
+def test_a_changed_global_or_closure_cell_gives_a_new_kernel(device):
+    """Triton reads a jit function's globals when it runs; so does tricomb's kernel cache, through the functions
+    it calls (SCALE read by scaled, called by calls_scaled), a rebound function (STEP), another module's
+    attribute (jit_numbers_a.ONE) and a closure cell. They ran their first value for good."""
+    from scripts import jit_globals, jit_numbers_a
+    x = torch.tensor([1.0, 2.0, 4.0], device=device)
+    pipes = [tc.map(f) for f in (jit_globals.scaled, jit_globals.calls_scaled, jit_globals.calls_step,
+                                 jit_globals.reads_another_module)]
+    times_cell, set_cell = jit_globals.with_cell(3.0)
+    pipes.append(tc.map(times_cell))
+    for pipe, expected in zip(pipes, (x * 2.0, x * 2.0 + 1.0, x + 1.0, x, x * 3.0)):
+        torch.testing.assert_close(pipe(x), expected)
+    try:
+        jit_globals.SCALE, jit_globals.STEP, jit_numbers_a.ONE = 5.0, jit_globals.plus_two, 7
+        set_cell(4.0)
+        for pipe, expected in zip(pipes, (x * 5.0, x * 5.0 + 1.0, x + 2.0, x * 7.0, x * 4.0)):
+            torch.testing.assert_close(pipe(x), expected)
+    finally:
+        jit_globals.SCALE, jit_globals.STEP, jit_numbers_a.ONE = 2.0, jit_globals.plus_one, 1
+    torch.testing.assert_close(pipes[0](x), x * 2.0)
+
+
+def test_a_global_changed_to_what_cannot_be_copied_is_refused_at_the_next_call():
+    from scripts import jit_globals
+    pipe, x = tc.map(jit_globals.calls_scaled), torch.tensor([1.0])
+    pipe(x)
+    try:
+        jit_globals.SCALE = [2.0]
+        with pytest.raises(tc.InlineError, match="'scaled' uses 'SCALE', a list"):
+            pipe(x)
+    finally:
+        jit_globals.SCALE = 2.0
+    torch.testing.assert_close(pipe(x), x * 2.0 + 1.0)

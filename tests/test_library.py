@@ -53,6 +53,25 @@ def test_logsumexp_and_softmax_denominators_as_torch(device):
     torch.testing.assert_close(s.cpu(), torch.exp(x.cpu() - m.cpu()).sum(1, keepdim=True))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_softmax_from_its_denominators_as_torch_on_infinite_rows(dtype, device):
+    """The guide's softmax, exp(x - m) / s of softmax_denominators, is torch.softmax on rows holding +inf (once,
+    several times, beside -inf or NaN), only -inf, some -inf, and none: NaN wherever torch's is."""
+    rows = [[1.0, 2.0, inf, 0.5], [inf, 1.0, inf, -3.0], [inf, -inf, 1.0, 2.0], [-inf, -inf, -inf, -inf],
+            [1.0, -inf, 2.0, -inf], [-inf, 0.0, -inf, -inf], [nan, 1.0, inf, 2.0], [-inf, nan, -inf, -inf],
+            [inf, inf, inf, inf], [1.0, 2.0, 3.0, 4.0]]
+    x = torch.tensor(rows, dtype=dtype, device=device)
+    want = torch.softmax(x.cpu().float(), -1).to(dtype)
+    softmax = tc.zip_with(lambda v, m, s: tc.exp(v - m) / s)
+    layouts = [({}, x, 1)] + ([({"BLOCK_K": 2, "SPLIT": 2}, x, 1), ({}, x.t(), 0)] if dtype == torch.float32 else [])
+    for tiles, v, axis in layouts:  # (split rows; the rows as strided columns)
+        with schedule_overrides(**tiles):
+            m, s = L.softmax_denominators(axis=axis, keepdim=True)(v)
+        got = softmax(v, m, s)
+        torch.testing.assert_close((got if axis == 1 else got.t()).cpu(), want, equal_nan=True)
+    assert L.softmax_denominators(axis=1)(torch.empty(2, 0, device=device))[1].tolist() == [0.0, 0.0]
+
+
 @pytest.mark.parametrize("order", [1, 2, inf, 3.5])
 def test_norm_as_torch(order, device):
     x = torch.randn(5, 64, device=device)
@@ -111,6 +130,7 @@ def test_logsumexp_folds_whole_tiles_by_its_declared_share_with_the_pair_combine
         for tiles in ({}, {"BLOCK_K": 4, "SPLIT": 3}, {"BLOCK_K": 8}):
             with schedule_overrides(**tiles):
                 (m, s), (m2, s2) = library(v), pairs(v)
+            s2 = torch.where(m2.isinf() & (s2 != 0), nan, s2)  # torch's sum of exp(x - m) at an infinite m
             torch.testing.assert_close(m, m2, equal_nan=True, rtol=0, atol=0)
             torch.testing.assert_close(s, s2, equal_nan=True, rtol=1e-5, atol=0)
     want = torch.logsumexp(x.cpu(), 1)

@@ -1,8 +1,14 @@
 """User reduce/scan operators: functions of two values with an identity. Their laws are checked on a sample when
 the stage is built (associativity; commutativity for a reduce; the identity), and their results equal the
 sequential float64 fold (tricomb.testing's oracle)."""
+import enum
+import fractions
+import time
+
+import numpy as np
 import pytest
 import triton
+import triton.language as tl
 import torch
 from hypothesis import given, note
 from hypothesis import strategies as st
@@ -206,14 +212,16 @@ def test_a_fractional_identity_is_checked_on_floats_only(device):
 
 
 def test_an_identity_that_does_not_fit_the_values_is_refused_before_launch():
-    with pytest.raises(tc.DTypeError, match="identity=-1000 does not fit the int8"):
-        tc.scan(tc.maximum, identity=-1000, exclusive=True)(torch.tensor([1, 2], dtype=torch.int8))
+    """int32's lowest value is maximum's identity for int32 values (so the stage builds), and no int8 value."""
+    with pytest.raises(tc.DTypeError, match="identity=-2147483648 does not fit the int8"):
+        tc.scan(tc.maximum, identity=-2**31, exclusive=True)(torch.tensor([1, 2], dtype=torch.int8))
 
 
 def test_torch_errors_inside_an_operator_are_located_and_explained():
-    """A float-only sample meets a bitwise operator: torch's refusal is reported with the operator's location."""
+    """A float-only sample meets a bitwise operator: torch's refusal is reported with the operator's location. (Not
+    the builtin bitwise_and itself, whose identity is checked exactly, without a sample.)"""
     with pytest.raises(tc.LawError, match="cannot be evaluated by torch on \\(float64, float64\\) values") as info:
-        tc.reduce(lambda a, b: a & b, identity=0.5)
+        tc.reduce(lambda a, b: a & b & -1, identity=0.5)
     assert info.value.location.file == __file__
 
 
@@ -275,3 +283,263 @@ def test_integer_operators_with_an_identity_are_checked_on_integers(device):
     assert tc.reduce(lambda a, b: a & b, identity=-1)(x + 16).item() == 16
     with pytest.raises(tc.LawError, match="is not associative"):
         tc.scan(lambda a, b: (a | b) - 1, identity=0)
+
+
+# --- Operators that tiling breaks are refused: the sample reaches where they break (found accepted by review) ---
+
+@triton.jit
+def _saturating_add(a, b):
+    return tl.minimum(a + b, 1e6)
+
+
+_CAP = 2.0 ** 40
+
+
+@triton.jit
+def _add_capped_at_a_global(a, b):
+    total = a + b
+    return tl.where(total > _CAP, _CAP, total)
+
+
+BROKEN_BY_TILING = {  # (operator, identity): each passed the old sample of floats within 1e3 and integers within 5
+    "saturating add": (lambda a, b: tc.minimum(a + b, 1e6), 0.0),
+    "saturating add by where": (lambda a, b: tc.where(a + b > 1e6, 1e6, a + b), 0.0),
+    "saturating @triton.jit add": (_saturating_add, 0.0),
+    "add capped at a @triton.jit global": (_add_capped_at_a_global, 0.0),
+    "threshold restart": (lambda a, b: tc.where(b > 1e6, b, a + b), 0.0),  # b if b > t else a + b
+    "add wrapped past 2**20": (lambda a, b: tc.where(a + b > 2 ** 20, a + b - 2 ** 21, a + b), 0),
+    "bitwise or, capped past 4096": (lambda a, b: tc.where((a | b) > 4096, a, a | b), 0),  # integers alone
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_BY_TILING))
+@pytest.mark.parametrize("kind", ["reduce", "scan"])
+def test_operators_that_break_away_from_small_values_are_refused(name, kind):
+    """Associative on small values, not near their constants (a @triton.jit function's read from its source)."""
+    op, identity = BROKEN_BY_TILING[name]
+    stage = tc.reduce if kind == "reduce" else tc.scan
+    with pytest.raises(tc.LawError, match=r"not associative: with a=.*\(a op b\) op c = .* but a op \(b op c\) ="):
+        stage(op, identity=identity)
+
+
+def test_the_verdict_and_its_counterexample_are_the_same_every_time():
+    messages = set()
+    for _ in range(2):
+        with pytest.raises(tc.LawError) as info:
+            tc.check_laws(lambda a, b: tc.minimum(a + b, 1e6), 0.0)
+        messages.add(info.value.message)
+    assert len(messages) == 1
+
+
+def test_a_user_identity_that_holds_in_another_dtype_is_checked_in_the_values_dtype(device):
+    """2**31 - 1 is a minimum's identity for int32 values alone: on float32 values above it, padding with it gave
+    2147483648 (the old sample stopped at 1e3); finfo(float32).max is one for float32 values alone."""
+    smaller = lambda a, b: tc.where(a < b, a, b)  # noqa: E731
+    pipe = tc.reduce(smaller, identity=2 ** 31 - 1, axis=1)
+    x = torch.full((2, 5), 3e9, device=device)
+    with pytest.raises(tc.LawError, match=r"identity=2147483647 is not an identity .* \(computed in float32\)"):
+        pipe(x)
+    assert torch.equal(pipe(x.int() // 2).cpu(), (x.int() // 2).cpu().amin(1))
+    with pytest.raises(tc.LawError, match="is not an identity"):
+        pipe(x.long())
+    pipe = tc.reduce(smaller, identity=float(torch.finfo(torch.float32).max), axis=1)
+    assert torch.equal(pipe(x).cpu(), x.cpu().amin(1))
+    with pytest.raises(tc.LawError, match="is not an identity"):
+        pipe(x.double())
+
+
+# --- Correct operators are accepted ---
+
+MAX_PLUS = (lambda a1, b1, a2, b2: (a1 + a2, tc.maximum(b1 + a2, b2)), (0.0, -inf))  # h -> max(h + a, b), composed
+
+
+def test_a_max_plus_recurrence_with_an_infinite_identity_is_accepted_and_right(device):
+    """h[t] = max(h[t-1] + a[t], b[t]) from h = -inf. Refused before: the integer sample turned -inf into the lowest
+    int64, where b1 + a2 wraps. Integer values are still refused when the stage runs: there it does wrap."""
+    op, identity = MAX_PLUS
+    assert tc.check_laws(op, identity) == tc.Laws(True, False)
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(3, 70, generator=g), torch.randn(3, 70, generator=g) * 4
+    b[:, ::9] = -inf
+    pairs = tc.zip_with(lambda u, v: (u, v))
+    scan, reduce = pairs >> tc.scan(op, axis=1, identity=identity), pairs >> tc.reduce(op, axis=1, identity=identity)
+    state, want = torch.full((3,), -inf, dtype=torch.float64), []
+    for t in range(70):
+        state = torch.maximum(state + a[:, t].double(), b[:, t].double())
+        want.append(state)
+    with schedule_overrides(BLOCK_K=16, SPLIT=2):
+        total, h = scan(a.to(device), b.to(device))
+        last = reduce(a.to(device), b.to(device))[1]
+    torch.testing.assert_close(h.cpu().double(), torch.stack(want, 1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(total.cpu(), torch.cumsum(a, 1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(last.cpu().double(), want[-1], rtol=1e-5, atol=1e-5)
+    with pytest.raises(tc.LawError, match=r"not associative.*\(computed in int64\)"):
+        scan(a.long().to(device), b.clamp(-9, 9).long().to(device))
+
+
+# --- A builtin operator's identity is checked exactly ---
+
+def test_a_builtin_given_another_identity_is_refused_with_its_own():
+    """maximum(identity=-10000.0) was sampled within 1e3 and passed; it gave -10000 for a row of -50000s."""
+    with pytest.raises(tc.LawError, match=r"identity=-10000.0 is not an identity of maximum: maximum's identity is "
+                                          r"-inf \(for integers the dtype's lowest value, for bools False\)"):
+        tc.reduce(tc.maximum, identity=-10000.0)
+    for op, wrong in [(tc.maximum, -10000), (tc.minimum, 1e300), (tc.add, -0.0), (tc.add, 1), (tc.mul, 1.5),
+                      (lambda a, b: a * b, 2), (tc.bitwise_and, 0.5), (tc.logaddexp, -1e308),
+                      (tc.logical_or, True), (tc.logical_and, 0)]:
+        with pytest.raises(tc.LawError, match="is not an identity of"):
+            tc.reduce(op, identity=wrong)
+    for op, own in [(tc.maximum, -inf), (tc.minimum, inf), (tc.add, 0), (tc.add, 0.0), (tc.mul, 1),
+                    (tc.bitwise_and, -1), (tc.bitwise_or, 0), (tc.logical_and, True), (tc.logical_or, False),
+                    (lambda a, b: b + a, 0.0)]:
+        tc.reduce(op, identity=own)
+    fanned = tc.zip_with(lambda u, v: (u, v)) >> tc.reduce(lambda a, b, c, d: (tc.maximum(a, c), b + d),
+                                                           identity=(-inf, 0.0))
+    assert fanned(torch.tensor([1.0, 3.0]), torch.tensor([1.0, 3.0]))[0].item() == 3.0
+    with pytest.raises(tc.LawError, match=r"identity=1.0 \(field 1\) is not an identity of add"):
+        tc.reduce(lambda a, b, c, d: (tc.maximum(a, c), b + d), identity=(-inf, 1.0))
+
+
+def test_a_builtin_integer_identity_is_checked_in_the_values_dtype(device):
+    """-128 is maximum's identity for int8 values, and 255 bitwise_and's for uint8 ones, and neither for others."""
+    x = torch.tensor([[-5, -7, -100]], dtype=torch.int8, device=device)
+    assert tc.reduce(tc.maximum, identity=-128, axis=1)(x).tolist() == [-5]
+    with pytest.raises(tc.LawError, match="-128 is not an identity of maximum for int32 values: maximum's identity "
+                                          "is -2147483648"):
+        tc.reduce(tc.maximum, identity=-128, axis=1)(x.int())
+    with pytest.raises(tc.LawError, match="-128 is not an identity of maximum for float32 values: maximum's "
+                                          "identity is -inf"):
+        tc.reduce(tc.maximum, identity=-128, axis=1)(x.float() * 10)
+    u = torch.tensor([0b1101, 0b0111], dtype=torch.uint8, device=device)
+    assert tc.reduce(tc.bitwise_and, identity=255)(u).item() == 0b0101
+    with pytest.raises(tc.LawError, match="for int16 values: bitwise_and's identity is -1"):
+        tc.reduce(tc.bitwise_and, identity=255)(u.to(torch.int16))
+
+
+def test_identities_equal_as_numbers_are_checked_apart():
+    """0.0 and False compare equal; a check of one answered for the other (a cache keyed on the value). The square
+    of a maximum is an or on truth values, and no operator at all on numbers."""
+    def reduce_with(identity):
+        return tc.reduce(lambda a, b: tc.maximum(a, b) * tc.maximum(a, b), identity=identity)
+    reduce_with(False)
+    with pytest.raises(tc.LawError, match="not associative"):
+        reduce_with(0.0)
+
+
+# --- identity= becomes the plain number it equals ---
+
+class _Zero(enum.IntEnum):
+    ZERO = 0
+
+
+class _LoudFloat(float):
+    def __repr__(self):
+        return "__import__('os').system('echo pwned')"
+
+
+class _LyingInt(int):
+    def __index__(self):
+        return 7
+
+    def __int__(self):
+        return 7
+
+
+@pytest.mark.parametrize("value, plain", [(_Zero.ZERO, 0), (_LyingInt(0), 0), (np.int64(0), 0), (np.uint8(0), 0),
+                                          (np.float32(0.0), 0.0), (_LoudFloat(0.0), 0.0), (np.float64(-0.0), -0.0),
+                                          ([np.float64(0.0), _Zero.ZERO], (0.0, 0))],
+                         ids=lambda v: type(v).__name__)
+def test_identities_become_the_plain_numbers_they_equal(value, plain):
+    """An int subclass, a numpy scalar, a float subclass with a hostile repr: each is the plain bool, int or float
+    it equals (by its own value, not its methods), so nothing of the caller's type reaches the emitted source."""
+    k = len(plain) if isinstance(plain, tuple) else 1
+    op = (lambda a, b: a + b + 0.25 * a * b) if k == 1 else (lambda a, b, c, d: (a + c + a * c, b + d + b * d))
+    pipe = tc.reduce(op, axis=1, identity=value)
+    kept = pipe.ir.stages[0].identity
+    assert type(kept) is type(plain) and kept == plain and repr(kept) == repr(plain)
+    assert all(type(v) in (bool, int, float) for v in (kept if isinstance(kept, tuple) else (kept,)))
+    x = torch.rand(3, 5)
+    if k == 1:
+        assert "pwned" not in pipe.source(x) and "pwned" not in str(pipe)
+        assert_matches_torch(pipe, x)
+
+
+def test_bool_identities_stay_bool_and_inexact_ones_are_refused():
+    either = lambda a, b: tc.logical_or(a, b)  # noqa: E731
+    for value in (False, np.bool_(False)):
+        kept = tc.scan(lambda a, b: tc.logical_or(a, b) | a, identity=value).ir.stages[0].identity
+        assert kept is False
+    assert tc.reduce(either, identity=np.bool_(False)).ir.stages[0].identity is False
+    inexact = [fractions.Fraction(1, 3), 2 ** 2000]
+    if np.finfo(np.longdouble).eps < np.finfo(np.float64).eps:
+        inexact.append(np.longdouble("0.1"))
+    for value in inexact:
+        with pytest.raises(tc.ArgumentError, match="identity= holds"):
+            tc.reduce(lambda a, b: a + b * 1, identity=value)
+    assert tc.reduce(lambda a, b: a + b * 1, identity=fractions.Fraction(0, 1)).ir.stages[0].identity == 0
+    for value in ["0", 1j, torch.tensor(0.0), None.__class__]:
+        with pytest.raises(tc.ArgumentError, match="identity= must be a Python number"):
+            tc.reduce(lambda a, b: a + b * 1, identity=value)
+
+
+# --- check_laws on the user's own values, and in given dtypes ---
+
+def test_check_laws_on_the_users_own_values():
+    """The Welford merge is refused on tricomb's sample (counts that cancel to 0) and holds on real (count, mean,
+    squared deviations) triples; a saturating add holds on values that never reach the cap and is refused on
+    values that do: a check on samples proves the laws on what they hold."""
+    from tricomb.library import WELFORD
+    g = torch.Generator().manual_seed(0)
+    counts = torch.randint(1, 4, (200,), generator=g).double()
+    fields = (counts, torch.randn(200, generator=g), torch.rand(200, generator=g) * (counts - 1))
+    with pytest.raises(tc.LawError, match="not associative"):
+        tc.check_laws(WELFORD, (0.0, 0.0, 0.0))
+    assert tc.check_laws(WELFORD, (0.0, 0.0, 0.0), samples=fields) == tc.Laws(True, True)
+    capped = lambda a, b: tc.minimum(a + b, 1e6)  # noqa: E731
+    assert tc.check_laws(capped, 0.0, samples=torch.rand(100, generator=g)).associative
+    with pytest.raises(tc.LawError, match=r"not associative: with a=9e\+05|not associative: with a=.*"):
+        tc.check_laws(capped, 0.0, samples=torch.tensor([9e5, 3e5, -4e5]))
+    with pytest.raises(tc.LawError, match="identity=-10.0 is not an identity"):
+        tc.check_laws(lambda a, b: tc.where(a > b, a, b), -10.0, samples=torch.tensor([-20.0, 5.0]))
+    assert tc.check_laws(lambda a, b: a | b, 0, samples=torch.tensor([1, 2, 4], dtype=torch.int8)).commutative
+    half = tc.check_laws(lambda a, b: a + b + 0.25 * a * b, 0.0, samples=torch.randn(4, 5, generator=g).half())
+    assert half == tc.Laws(True, True)  # (checked in float32, as a kernel combines float16 values)
+
+
+def test_check_laws_in_given_dtypes():
+    smaller = lambda a, b: tc.where(a < b, a, b)  # noqa: E731
+    assert tc.check_laws(smaller, 2 ** 31 - 1, dtypes=torch.int32).associative
+    assert tc.check_laws(smaller, 2 ** 31 - 1, dtypes="int32").commutative
+    for dtypes in (torch.int64, torch.float32):
+        with pytest.raises(tc.LawError, match="identity=2147483647 is not an identity"):
+            tc.check_laws(smaller, 2 ** 31 - 1, dtypes=dtypes)
+    with pytest.raises(tc.LawError, match=r"not associative.*\(computed in int64\)"):
+        tc.check_laws(MAX_PLUS[0], MAX_PLUS[1], dtypes=(torch.int64, torch.int64))
+    assert tc.check_laws(tc.maximum, -128, dtypes=torch.int8).commutative
+    with pytest.raises(tc.LawError, match="for int16 values"):
+        tc.check_laws(tc.maximum, -128, dtypes=torch.int16)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(samples=[torch.ones(3)] * 2), "samples= must be a tensor .* or a sequence of 1 tensors"),
+    (dict(samples="values"), "samples= must be a tensor"),
+    (dict(samples=torch.ones(0)), "samples= holds no values"),
+    (dict(dtypes=torch.complex64), "dtypes= must be a torch dtype"),
+    (dict(dtypes=(torch.float32,) * 3), "dtypes= must be a torch dtype .* or a sequence of 1, one per field"),
+    (dict(dtypes=torch.int8, identity=1000), "identity=1000 holds 1000, which is not a value of int8"),
+])
+def test_check_laws_refuses_malformed_samples_and_dtypes(arguments, message):
+    identity = arguments.pop("identity", 0.0)
+    with pytest.raises(tc.ArgumentError, match=message):
+        tc.check_laws(lambda a, b: a + b * 1, identity, **arguments)
+
+
+def test_the_law_check_takes_milliseconds():
+    """It runs for every new stage (the task asks well under 50 ms an operator on a CPU); a bound 20 times that,
+    of processor time, so that a busy machine does not fail it."""
+    ops = [(lambda a, b: a + b + 0.25 * a * b, 0.0), PAIR_OPERATORS["complex-multiply"][:2], MAX_PLUS,
+           ASSOCIATIVE["logaddexp-by-hand"]]
+    for op, identity in ops:
+        start = time.process_time()
+        tc.check_laws(op, identity)
+        assert time.process_time() - start < 1.0

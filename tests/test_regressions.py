@@ -478,9 +478,9 @@ def test_pow_by_builtin_text_and_numpy_exponent_is_torch_pow_and_prints_back(dev
     -inf and -0.0, and str() printed x ** 0.5, which parses as sqrt."""
     import numpy as np
     x = torch.tensor([-math.inf, -0.0, 4.0], device=device)
-    for pipe in (tc.map(lambda v: tc.pow(v, 0.5)), tc.parse("map x -> pow(x, 0.5)"),
-                 tc.map(lambda v: v ** np.float32(0.5)), tc.map(lambda v: tc.pow(v, -0.5))):
-        want = torch.pow(x, -0.5 if "rsqrt" in str(pipe) else 0.5)
+    for pipe, exponent in ((tc.map(lambda v: tc.pow(v, 0.5)), 0.5), (tc.parse("map x -> pow(x, 0.5)"), 0.5),
+                           (tc.map(lambda v: v ** np.float32(0.5)), 0.5), (tc.map(lambda v: tc.pow(v, -0.5)), -0.5)):
+        want = torch.pow(x, exponent)
         torch.testing.assert_close(pipe(x), want, equal_nan=True)
         assert torch.equal(pipe(x)[1].signbit(), want[1].signbit())
         assert tc.parse(str(pipe)) == pipe

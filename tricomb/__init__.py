@@ -13,7 +13,7 @@ from .dsl.parser import parse
 from . import library
 from .pipeline.operators import Laws, check_laws
 from .errors import (AliasError, ArgumentError, ArityError, AxisError, DeviceError, DTypeError, InlineError, Location, ParseError, StageError,
-                     ShapeError, TraceError, TricombError, UnknownNameError, UnsupportedError, LawError)
+                     ShapeError, TraceError, TricombError, UnknownNameError, UnsupportedError, LawError, CacheWarning)
 from .scalar.trace import BUILTINS as _BUILTINS
 
 globals().update(_BUILTINS)  # tc.exp, tc.add, tc.where, ...: one public name per row of the op table
@@ -21,7 +21,7 @@ globals().update(_BUILTINS)  # tc.exp, tc.add, tc.where, ...: one public name pe
 __all__ = ["Pipeline", "Plan", "map", "zip_with", "reduce", "scan", "fanout", "sum", "prod", "max", "min", "mean", "nanmean", "nansum", "argmax", "argmin", "any", "all", "cumsum",
            "cumprod", "cummax", "cummin", "parse", "check_laws", "Laws", "TricombError", "ParseError", "UnknownNameError", "ArityError",
            "TraceError", "InlineError", "ShapeError", "AxisError", "DTypeError", "DeviceError", "UnsupportedError",
-           "StageError", "LawError", "ArgumentError", "AliasError", "library",
+           "StageError", "LawError", "CacheWarning", "ArgumentError", "AliasError", "library",
            "Location", "__version__"] + sorted(_BUILTINS)
 
 

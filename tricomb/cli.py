@@ -1,4 +1,5 @@
-"""``tricomb run | emit | explain | check | bench``: a pipeline from the command line.
+"""``tricomb run | emit | explain | check | bench``: a pipeline from the command line; ``tricomb cache info |
+clear``: the disk cache.
 
 Exit codes: 0 success (for ``run``, ``check`` and ``bench``: tricomb's results match torch's); 1 a result
 differs from torch's; 2 a mistake in the command (bad pipeline text, shapes, dtypes, files, no GPU for
@@ -24,6 +25,7 @@ EXAMPLES = """examples:
   tricomb explain "map exp | sum(axis=0)" --shape 1000 37
   tricomb check "map softplus | sum(axis=1)" --examples 200      # hypothesis against torch
   tricomb bench "map softplus | sum" --shape 268435456           # against torch eager and torch.compile (GPU)
+  tricomb cache info                                             # where the disk cache is, what it holds
 """
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -37,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=_versions())
     sub = parser.add_subparsers(dest="command", required=True)
+    cache = sub.add_parser("cache", help="show (info) or empty (clear) the disk cache",
+                           description="show (info) or empty (clear) tricomb's disk cache")
+    cache.add_argument("action", choices=["info", "clear"])
     for name, text in [("run", "run a pipeline and compare it with torch"),
                        ("emit", "print the emitted Triton module"),
                        ("explain", "print the kernel plan"),
@@ -359,12 +364,25 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"run": _run, "emit": _emit, "explain": _explain, "check": _check,
-                "bench": _bench}[args.command](args)
+                "bench": _bench, "cache": _cache}[args.command](args)
     except (TricombError, UsageError) as exc:
         located = isinstance(exc, TricombError) and exc.location is not None and exc.location.file == "<command line>"
         text = exc if located or not isinstance(exc, TricombError) else exc.message  # (not the console script's line)
         _error(f"tricomb {args.command}: ", str(text))
         return 2
+
+
+def _cache(args) -> int:
+    from .commands import cache
+    if args.action == "clear":
+        print(cache.clear())
+        return 0
+    table = _table("tricomb cache", show_header=False)
+    for what, value in cache.info():
+        _row(table, what, value)
+    from rich.console import Console
+    Console().print(table)
+    return 0
 
 
 def _error(prefix: str, text: str) -> None:

@@ -105,6 +105,11 @@ class LawError(TricombError):
     """A reduce or scan operator that breaks a law the plan relies on (associativity)."""
 
 
+class CacheWarning(UserWarning):
+    """The disk cache could not be used as asked (untrusted, read-only, full) or held a damaged entry; tricomb
+    goes on without it or rebuilds the entry, so results are unaffected (``docs/reliability.md``)."""
+
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 

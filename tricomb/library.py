@@ -42,6 +42,7 @@ __all__ = ["linear_recurrence", "ema", "softmax_denominators", "logsumexp", "var
 
 exp, log, sqrt, abs_, where, maximum = (BUILTINS[n] for n in ("exp", "log", "sqrt", "abs", "where", "maximum"))
 _INF = float("inf")
+_NAN = float("nan")
 # A constant field is written where(x == x, c, x): c in x's dtype and shape, and NaN where x is NaN (x * 0.0 + c
 # would also be NaN for an infinite x).
 
@@ -115,19 +116,28 @@ def ema(alpha: float, axis: int = -1) -> api.Pipeline:
             >> api.scan(LINEAR, axis=axis, identity=(0.0, 1.0)) >> api.map(lambda y, decay: y))
 
 
-@_arguments_named
-def softmax_denominators(axis=-1, keepdim: bool = False) -> api.Pipeline:
-    """Per row along ``axis``: ``(m, s)`` with ``m`` the largest element and ``s = sum(exp(x - m))``, in one pass
-    (the online normalizer: each partial sum is rescaled when a larger maximum arrives). ``softmax(x) =
-    exp(x - m) / s``. Float inputs; NaN propagates."""
+def _max_and_shifted_sum(axis, keepdim: bool) -> api.Pipeline:
+    """Per row: the largest element ``m`` and the sum of ``exp(x - m)``, by the pair combine, which counts the
+    elements equal to an infinite ``m`` (``exp(m - m)`` taken as 1): what logsumexp needs."""
     return api.map(LOG_SUM_EXP_LIFT) >> api.reduce(LOG_SUM_EXP, axis=axis, keepdim=keepdim, identity=(-_INF, 0.0))
 
 
 @_arguments_named
+def softmax_denominators(axis=-1, keepdim: bool = False) -> api.Pipeline:
+    """Per row along ``axis``: ``(m, s)`` with ``m`` the largest element and ``s = sum(exp(x - m))``, in one pass
+    (the online normalizer: each partial sum is rescaled when a larger maximum arrives). ``softmax(x) =
+    exp(x - m) / s``, as torch.softmax, special values included: a row holding ``+inf``, or only ``-inf``, has
+    ``s`` NaN (its ``exp(inf - inf)`` is NaN, as in torch's sum), so its softmax is NaN; an empty row has
+    ``(-inf, 0)``. Float inputs; NaN propagates."""
+    return _max_and_shifted_sum(axis, keepdim) >> api.map(
+        lambda m, s: (m, where(abs_(m) == _INF, where(s == 0.0, s, _NAN), s)))
+
+
+@_arguments_named
 def logsumexp(axis=-1, keepdim: bool = False) -> api.Pipeline:
-    """``log(sum(exp(x)))`` along ``axis`` as torch.logsumexp, from :func:`softmax_denominators`: ``m + log(s)``
+    """``log(sum(exp(x)))`` along ``axis`` as torch.logsumexp: ``m + log(s)`` of the max and the shifted sum
     (an all ``-inf`` row gives ``-inf``; ``+inf`` gives ``+inf``)."""
-    return softmax_denominators(axis, keepdim) >> api.map(lambda m, s: where(s == 0.0, m, m + log(s)))
+    return _max_and_shifted_sum(axis, keepdim) >> api.map(lambda m, s: where(s == 0.0, m, m + log(s)))
 
 
 def _moments(axis, keepdim: bool) -> api.Pipeline:

@@ -11,6 +11,7 @@ from ..pipeline.ir import Reduce
 from ..scalar.dtypes import held_dtype
 from .kernel import fields, group_size, group_stride, kernel_parameters
 from .lookback import FENCED, SIXTEEN_BYTES, packing
+from ..scalar.literals import number_literal
 from .writer import Writer
 
 RUNTIME_HELPERS = '''
@@ -244,6 +245,13 @@ def _shape_expr(names: list[str]) -> str:
     return "(" + "".join(f"{n}, " for n in names) + ")"
 
 
+def _int_tuple(values) -> str:
+    """A tuple of plain ints (axes, dimensions, ranks) as source, each through :func:`number_literal`, which
+    refuses anything but an exact ``int``; nested tuples as nested tuples."""
+    items = [_int_tuple(v) if isinstance(v, tuple) else number_literal(v) for v in values]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
 def _final_reduce(p: KernelPlan) -> Reduce | None:
     """The reduce whose result the kernel stores: the plan's own, or the one fused after its scan."""
     final = p.then or p.combine
@@ -266,11 +274,11 @@ def _strides_line(w: Writer, p: KernelPlan, slot) -> None:
         return
     b = p.binding
     if _final_reduce(p).keepdim:
-        w.line(f"st_{slot.name} = [0 if d in {tuple(b.axes)!r} else s "
+        w.line(f"st_{slot.name} = [0 if d in {_int_tuple(b.axes)} else s "
                f"for d, s in enumerate({slot.name}.expand(out_shape).stride())]")
         return
     w.line(f"st_{slot.name} = list({slot.name}.expand(out_shape).stride())")
-    with w.block(f"for axis in {tuple(b.axes)!r}:"):
+    with w.block(f"for axis in {_int_tuple(b.axes)}:"):
         w.line(f"st_{slot.name}.insert(axis, 0)", comment="a reduced axis: the same element for every k")
 
 
@@ -311,12 +319,12 @@ def _emit_prepare(w: Writer, p: KernelPlan, kernel: str) -> None:
                'when given): returns ``run(*inputs, out=None)``, which launches on inputs laid out like these with '
                'nothing recomputed."""')
         with w.block("if not _checked:"):
-            w.line(f"_check_inputs(({', '.join(ins)},), {tuple(b.dtypes)!r}, {tuple(b.ranks)!r})")
+            w.line(f"_check_inputs(({', '.join(ins)},), {tuple(b.dtypes)!r}, {_int_tuple(b.ranks)})")
         w.line(f"shape = _broadcast({', '.join(f'{n}.shape' for n in before)})")
         w.line(f"out_shape = {_out_shape(p)}")
         w.line("device = in0.device")
         with w.block("def new_outputs():"):
-            news = [f"_empty({_field_shape(p, inputs)}, {order!r}, {slot.dtype}, device)"
+            news = [f"_empty({_field_shape(p, inputs)}, {_int_tuple(order)}, {slot.dtype}, device)"
                     for slot, order, inputs in zip(p.outputs, b.out_orders, p.field_inputs)]
             w.line(f"return {news[0] if len(news) == 1 else '(' + ', '.join(news) + ',)'}")
         w.line(f"{', '.join(outs)}{',' if len(outs) > 1 else ''} = new_outputs() if out is None else out",
@@ -326,12 +334,12 @@ def _emit_prepare(w: Writer, p: KernelPlan, kernel: str) -> None:
         groups = list(enumerate(b.groups))
         with w.block("if not _checked:"):
             w.line(f"_check_layout(shape, [{', '.join(f'st_{s.name}' for s in p.slots)}], "
-                   f"{tuple(g.dims for g in b.groups)!r})")
+                   f"{_int_tuple(tuple(g.dims for g in b.groups))})")
         for g, grp in groups:
-            w.line(f"{group_size(g)} = {_product([f'shape[{d}]' for d in grp.dims])}")
+            w.line(f"{group_size(g)} = {_product([f'shape[{number_literal(d)}]' for d in grp.dims])}")
         for slot in p.slots:
             for g, grp in groups:
-                w.line(f"{group_stride(slot, g)} = st_{slot.name}[{grp.dims[-1]}]")
+                w.line(f"{group_stride(slot, g)} = st_{slot.name}[{number_literal(grp.dims[-1])}]")
         w.line(f"M = {_product([group_size(g) for g, grp in groups if grp.kind == 'kept'])}")
         w.line(f"K = {_product([group_size(g) for g, grp in groups if grp.kind == 'reduced'])}")
         with w.block(f"if {outs[0]}.numel() == 0:"):

@@ -19,7 +19,8 @@ from ..errors import DTypeError
 from ..pipeline.evaluate import constant_dtype, promoted_dtype
 from ..scalar.builtins import OPS
 from ..scalar.dtypes import NARROW_INTEGERS, compute_dtype, held_dtype
-from ..scalar.ir import Call, Function, JitCall, fold
+from ..scalar.ir import Call, Const, Function, JitCall, fold
+from ..scalar.literals import number_literal
 from .writer import Names, Writer
 
 _TL_DTYPES = {
@@ -55,14 +56,9 @@ class Value:
 
 
 def render_const(value) -> str:
-    """A Python number as Triton source (``inf`` and ``nan`` as ``float(...)``)."""
-    if isinstance(value, bool) or isinstance(value, int):
-        return repr(value)
-    if math.isnan(value):
-        return 'float("nan")'
-    if math.isinf(value):
-        return 'float("inf")' if value > 0 else 'float("-inf")'
-    return repr(float(value))
+    """A plain Python number as Triton source: :func:`~tricomb.codegen.writer.number_literal`, which refuses
+    anything but an exact ``bool``, ``int`` or ``float``."""
+    return number_literal(value)
 
 
 @dataclass
@@ -260,5 +256,8 @@ def _render(ctx: ScalarContext, expr: Call | JitCall, operands: list[str], dtype
     if spec.integer is not None and not dtype.is_floating_point:
         ctx.use_helpers(spec.integer_helpers)
         return spec.integer.format(*operands)
-    ctx.use_helpers(spec.helpers)
-    return spec.triton.format(*operands)
+    special = spec.by_number(expr.args[-1].value, dtype) if spec.by_number is not None and \
+        isinstance(expr.args[-1], Const) else None  # torch's kernel for a Python number there
+    template, helpers = special or (spec.triton, spec.helpers)
+    ctx.use_helpers(helpers)
+    return template.format(*operands)

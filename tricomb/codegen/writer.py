@@ -1,7 +1,33 @@
-"""An indent-aware code writer and a generator of fresh names."""
+"""An indent-aware code writer, a generator of fresh names, and the two ways a value enters the source.
+
+Only tricomb writes code. A value that comes from the user reaches the emitted module in one of two ways, each
+through one function: a number as a literal (:func:`~tricomb.scalar.literals.number_literal`, exactly a
+``bool``, ``int`` or ``float``, whose repr is Python's own), and text (function names, pipeline text,
+identities as written) inside a comment or a docstring (:func:`escape_text`, which leaves nothing that could
+end either). The :class:`Writer` applies
+:func:`escape_text` to every comment and docstring line itself, so no caller can forget it.
+"""
 from __future__ import annotations
 
 from contextlib import contextmanager
+
+
+def escape_text(text: str) -> str:
+    """``text`` made safe inside a ``#`` comment and inside a ``\"\"\"`` docstring: printable ASCII stays as it
+    is, except the backslash and the double quote, which get a backslash; every other character (line breaks of
+    any kind, NUL, form feed, tabs, non-ASCII letters, bidirectional controls) becomes its ``\\x``, ``\\u`` or
+    ``\\U`` escape. The result is one line of printable ASCII with no ``\"`` left bare, so it ends neither the
+    comment nor the docstring, and a docstring holding it reads back as ``text``."""
+    return "".join(ch if " " <= ch <= "~" and ch not in '\\"' else _escape_char(ch) for ch in str.__str__(text))
+
+
+def _escape_char(ch: str) -> str:
+    code = ord(ch)
+    if ch in '\\"':
+        return "\\" + ch
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 class Names:
@@ -44,18 +70,34 @@ class Writer:
         self._indent = indent
 
     def line(self, text: str = "", comment: str | None = None) -> None:
-        """Add one line (or several, split on newlines); an empty text adds a blank line."""
-        if comment:
-            text = f"{text}  # {comment}" if text else f"# {comment}"
+        """Add one line of code (or several, split on newlines), with ``comment`` after it (escaped: see
+        :func:`escape_text`); an empty text adds a blank line (or a comment line)."""
         for part in text.split("\n"):
             self._lines.append(self._indent * self._depth + part if part else "")
+        if comment:
+            if text:
+                self._lines[-1] += f"  # {escape_text(comment)}"
+            else:
+                self._lines[-1] = self._indent * self._depth + f"# {escape_text(comment)}"
 
     def lines(self, texts) -> None:
         for text in texts:
             self.line(text)
 
     def comment(self, text: str) -> None:
-        self.line(f"# {text}")
+        """A comment line; ``text`` is escaped (:func:`escape_text`), so it cannot end the comment."""
+        self.line(comment=text)
+
+    def docstring(self, lines: list[str]) -> None:
+        """A triple-quoted docstring of ``lines``, each escaped (:func:`escape_text`): one line per entry, blank
+        entries blank."""
+        texts = [escape_text(line) for line in lines]
+        if len(texts) == 1:
+            self.line(f'"""{texts[0]}"""')
+            return
+        self.line(f'"""{texts[0]}')
+        self.lines(texts[1:])
+        self.line('"""')
 
     @contextmanager
     def block(self, header: str):

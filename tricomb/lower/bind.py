@@ -96,9 +96,12 @@ def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
         if not isinstance(t, torch.Tensor):
             raise DTypeError(f"input {i} is a {type(t).__name__}, not a torch.Tensor; wrap it with "
                              "torch.as_tensor(...)")
-        if t.layout != torch.strided or t.is_neg() or t.is_conj():
-            raise DTypeError(f"input {i} is a {t.layout} tensor{' with a lazy negation or conjugation' if t.layout == torch.strided else ''}; "
-                             "pass a plain dense tensor (.to_dense(), .resolve_neg(), .resolve_conj())")
+        unreadable = unreadable_kind(t)
+        if unreadable is not None:
+            raise DTypeError(f"input {i} is {unreadable[0]}; pass a plain dense tensor ({unreadable[1]})")
+        if t.is_neg() or t.is_conj():
+            raise DTypeError(f"input {i} is a torch.strided tensor with a lazy negation or conjugation; "
+                             "pass a plain dense tensor (.resolve_neg(), .resolve_conj())")
         if t.dtype not in SUPPORTED_DTYPES:
             names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
             raise DTypeError(f"input {i} has dtype {str(t.dtype).replace('torch.', '')}; this version handles "
@@ -115,6 +118,27 @@ def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
     if device.type not in ("cuda", "cpu"):
         raise DeviceError(f"inputs are on {device}; tricomb runs on CUDA devices, and on the CPU through "
                           "Triton's interpreter")
+
+
+def unreadable_kind(t: torch.Tensor) -> tuple[str, str] | None:
+    """What keeps a kernel from reading ``t``'s elements where its strides say, and what to pass instead, as
+    words for a message; None for a plain strided tensor (a plain subclass of torch.Tensor included). The kinds:
+    a nested tensor (whose sizes torch itself cannot give), a sparse or mkldnn layout, a tensor subclass with
+    its own ``__torch_dispatch__`` (a FakeTensor, a wrapper such as DTensor: no memory of its own to read), and
+    a tensor inside a torch.func transform (vmap, grad). Reads only the type and flags, so it is safe on all."""
+    functorch = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+    functional = getattr(torch, "_is_functional_tensor", None)
+    if t.is_nested:
+        return "a nested tensor", "pad it with .to_padded_tensor(0.0), or call the pipeline on each component"
+    if t.layout != torch.strided:
+        return f"a {t.layout} tensor", ".to_dense()"
+    if type(t).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
+        return (f"a {type(t).__name__}, a tensor subclass with its own __torch_dispatch__ and no memory tricomb can "
+                "read", "the real tensor it stands for")
+    if (functorch is not None and functorch(t)) or (functional is not None and functional(t)):
+        return ("a tensor inside a torch.func transform (vmap, grad, functionalize), which a kernel cannot see into",
+                "call the pipeline outside the transform")
+    return None
 
 
 def _broadcast(shapes: list[torch.Size], what: str, location) -> torch.Size:
@@ -315,19 +339,41 @@ def check_out(out, fields: tuple[Field, ...], tensors: tuple) -> list[torch.Tens
         outs = [out]
     for k, (o, f) in enumerate(zip(outs, fields)):
         _check_one_out(o, f, tensors, "out=" if len(fields) == 1 else f"out[{k}]")
-    pointers = [o.untyped_storage().data_ptr() for o in outs if o.numel()]
-    if len(set(pointers)) != len(pointers):
-        raise AliasError("two tensors of out= share memory; pass a separate tensor for each result")
+    for j, k in ((j, k) for k in range(len(outs)) for j in range(k)):
+        if overlap(outs[j], outs[k]):
+            raise AliasError(f"two tensors of out= share memory (out[{j}] and out[{k}]); pass a separate tensor "
+                             "for each result")
     return outs
+
+
+def byte_range(t: torch.Tensor) -> tuple[int, int]:
+    """The addresses from ``t``'s lowest element to one past its highest, in bytes (``t`` holds elements, and
+    its memory is readable: :func:`unreadable_kind`). Computed from the data pointer, sizes and strides, so two
+    storages over one buffer (``torch.frombuffer`` twice, a slice of an ``UntypedStorage``) are compared by the
+    memory itself."""
+    low = sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st < 0)
+    high = sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if st > 0)
+    start, size = t.data_ptr(), t.element_size()
+    return start + low * size, start + (high + 1) * size
+
+
+def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the address ranges of ``a`` and ``b`` (:func:`byte_range`) meet; a tensor of no elements occupies
+    nothing. Views that interleave without sharing an element (``x[:, 0]`` and ``x[:, 1]``) count as meeting."""
+    if not (a.numel() and b.numel()):
+        return False
+    (a0, a1), (b0, b1) = byte_range(a), byte_range(b)
+    return a0 < b1 and b0 < a1
 
 
 def _check_one_out(out, field: Field, tensors: tuple, name: str) -> None:
     shape, dtype = field.shape, field.dtype
     if not isinstance(out, torch.Tensor):
         raise ArgumentError(f"{name} must be a torch.Tensor, got {type(out).__name__}")
-    if out.layout != torch.strided or out.is_neg() or out.is_conj():
-        what = "carries a lazy negation or conjugation bit, which tricomb's plain stores would not honour" \
-            if out.layout == torch.strided else f"is a {out.layout} tensor"
+    unreadable = unreadable_kind(out)
+    if unreadable is not None or out.is_neg() or out.is_conj():
+        what = f"is {unreadable[0]}" if unreadable is not None else \
+            "carries a lazy negation or conjugation bit, which tricomb's plain stores would not honour"
         raise DTypeError(f"{name} {what}; pass a plain dense tensor (torch.empty({shape}, dtype={dtype}))")
     if tuple(out.shape) != shape:
         raise ShapeError(f"{name} has shape {tuple(out.shape)} but the result has shape {shape}; allocate it with "
@@ -340,10 +386,10 @@ def _check_one_out(out, field: Field, tensors: tuple, name: str) -> None:
                          "does not require grad")
     if out.device != tensors[0].device:
         raise DeviceError(f"{name} is on {out.device} but the inputs are on {tensors[0].device}; allocate it there")
-    if out.numel() and any(t.numel() and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
-                           for t in tensors):
-        raise AliasError(f"{name} lies in the storage of an input; tricomb never writes where it reads, even to "
-                           "parts an op would not overlap. Pass a tensor of its own storage")
+    shared = [i for i, t in enumerate(tensors) if overlap(out, t)]
+    if shared:
+        raise AliasError(f"{name} lies in the storage of an input (its memory overlaps input {shared[0]}'s); tricomb "
+                         "never writes where it reads. Pass a tensor of its own memory")
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride())):
         raise ShapeError(f"{name} has a zero stride (an expanded tensor), so elements would overwrite each other; "
                          "pass a tensor that owns one slot per element")

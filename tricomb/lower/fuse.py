@@ -22,7 +22,7 @@ from ..pipeline.fields import field_inputs
 from ..pipeline.printer import stage_text as stage_name
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, Stage
 from ..pipeline.operators import declared_share, identities
-from ..pipeline.verify import operator_commutes, operator_identity, operator_spec
+from ..pipeline.verify import check_in_dtypes, operator_commutes, operator_identity, operator_spec
 from ..scalar.builtins import OpSpec
 from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
@@ -182,6 +182,9 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
                for s in pipeline.stages if isinstance(s, (Reduce, Scan))]  # (before the rewrites add flags)
     scans = [s for s in pipeline.stages if isinstance(s, Scan)]  # at most one (verify refuses more)
     scan_commutes = bool(scans) and not scans[0].index and operator_commutes(scans[0])
+    for i, s in enumerate(pipeline.stages):  # the laws these values' dtypes decide, on the stages as written
+        if isinstance(s, (Reduce, Scan)):
+            check_in_dtypes(s, tuple(compute_dtype(c) for c in combined_dtypes(pipeline, binding, i)))
     pipeline = totalize(expand(pipeline))
     at, stage = combine_stage(pipeline)
     then_at, then = combine_stage(pipeline, at + 1)

@@ -3,29 +3,58 @@
 A user operator is a scalar function of two arguments (a Python lambda or def over builtins, or a
 ``@triton.jit`` function) with an ``identity=``; an operator on k-tuples takes 2k arguments (the left tuple's
 fields, then the right's), returns k values and has a k-tuple identity. Values below are lists of k tensors.
-Before any plan uses it, :func:`check_laws` evaluates it with torch on a seeded random sample of floats and of
-small integers (bools for a field whose identity is a bool): an operator that is clearly not associative is
-refused (a kernel combines in a tree, so the order of combination is not the sequential one), and whether it
-commutes decides whether a reduce may combine lanes out of order (else it combines them in order). Float rounding
-alone never trips the check: results are compared with a tolerance of 1e-6 relative to their size, in float64.
-tricomb's own operators (:mod:`tricomb.library`) declare their laws instead (:func:`declare_laws`).
+
+Before any plan uses it, :func:`check_laws` evaluates it with torch on a seeded sample built where operators
+break: each dtype's extremes and large magnitudes, the values next to every constant the operator holds (``c``,
+``c +- 1``, the floats either side of ``c``, ``2c``, ``c / 2``, ``-c``, ``1 / c``, ...), its identity and the
+identity's infinities, small integers (ties), and random values of several scales; in float64 and in float32,
+the dtypes a float stream is combined in (in int64 for an operator torch evaluates on integers alone, as truth
+values for a field whose identity is a bool). An operator that is not associative is refused (a kernel combines
+in a tree, so the order of combination is not the sequential one), and whether it commutes decides whether a
+reduce may combine lanes out of order.
+
+Float rounding alone never trips the check, and it needs no tolerance chosen in advance: each sample is also
+evaluated twice with the result of every rounding operation moved by a few ulp (all upward; with alternating
+signs), and a difference between two results counts only where it exceeds several times what those moves changed
+them by (plus two ulp of the results). A threshold, a saturation or a wrong constant moves a result by far more
+than rounding can, while cancellation, which makes rounding matter, shows in the moves too. An element where an
+operation overflows (finite operands, an infinite result) is not compared: there the grouping decides, as for
+torch's own sums.
+
+An identity checked on one dtype may hold only there: ``2**31 - 1`` is a minimum's identity for int32 values,
+``finfo(float32).max`` for float32 ones. Building a stage accepts an identity that holds in some dtype, and planning
+the stage for its values checks the operator and its identity in their dtypes (``check_laws(..., dtypes=...)``,
+from :func:`tricomb.pipeline.verify.check_in_dtypes`). A builtin operator given an ``identity=`` is not sampled: the
+identity must be the builtin's own, exactly, in the values' dtype. tricomb's own operators (:mod:`tricomb.library`)
+declare their laws instead (:func:`declare_laws`).
 
 The torch meaning of a reduce or scan with a user operator is the sequential fold, in the combined dtype.
 """
 from __future__ import annotations
 
+import ast
+import contextlib
 import functools
 import math
+import threading
 from dataclasses import dataclass
 
 import torch
 
 from ..errors import ArgumentError, LawError
-from ..scalar.dtypes import typed_identity
-from ..scalar.ir import Call, Function, walk
+from ..scalar.builtins import OPS, OpSpec
+from ..scalar.dtypes import compute_dtype, typed_identity
+from ..scalar.ir import Arg, Call, Const, Function, JitCall, JitRef, fold, walk
+from ..scalar.literals import NotExact, plain_number
 
-_SAMPLE = 64
-_TOLERANCE = 1e-6
+_POINTS = 2048  # triples (a, b, c) per dtype
+_CHUNK = 32768  # elements per evaluation (what a check stacks stays small: see _one_thread)
+_SEED = 20261129
+_JITTER = 2.0  # a perturbed evaluation moves each rounding operation's result by this many eps of its dtype
+_SLACK = 4.0  # a difference counts beyond this many times what the perturbed evaluations moved the results
+_EXACT = frozenset({"where", "maximum", "minimum", "neg", "abs", "relu", "sign", "floor", "ceil"})  # never round
+_INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+_FLOATS = (torch.float64, torch.float32)
 
 
 @dataclass(frozen=True)
@@ -80,16 +109,37 @@ def _apply(fn: Function, a: list, b: list) -> list[torch.Tensor]:
 
 
 def normalized_identity(identity, location=None):
-    """An operator's ``identity=`` checked: None, a Python number, or a tuple of them (one per field of an
-    operator on tuples; a list is taken as a tuple, a 1-tuple as its value). Raises :class:`ArgumentError`
-    otherwise."""
-    if identity is None or isinstance(identity, (bool, int, float)):
-        return identity
-    listed = isinstance(identity, (tuple, list))
-    if listed and identity and all(isinstance(v, (bool, int, float)) for v in identity):
-        return identity[0] if len(identity) == 1 else tuple(identity)
-    raise ArgumentError(f"identity= must be a Python number (the e with e op x == x), or a tuple of numbers for an "
-                        f"operator on tuples; got {identity!r}", location)
+    """An operator's ``identity=`` checked and made plain: None, a number, or a tuple of numbers (one per field of
+    an operator on tuples; a list is taken as a tuple, a 1-tuple as its value). Each number becomes the plain
+    Python ``bool``, ``int`` or ``float`` it equals (an IntEnum, a numpy scalar, a float subclass: nothing of the
+    caller's own type reaches generated code; bool stays bool). Raises :class:`ArgumentError` for anything else,
+    and for a number that no Python int or float represents exactly (``Fraction(1, 3)``, a long double)."""
+    if identity is None:
+        return None
+    if isinstance(identity, (tuple, list)) and identity:
+        values = tuple(_plain_number(v, identity, location) for v in identity)
+        return values[0] if len(values) == 1 else values
+    return _plain_number(identity, identity, location)
+
+
+def _plain_number(value, identity, location):
+    """``value`` as the plain bool, int or float it equals (see :func:`normalized_identity`)."""
+    try:
+        plain = plain_number(value)
+    except NotExact as exc:
+        raise ArgumentError(f"identity= holds {exc}; give the float or int you mean", location) from None
+    except TypeError:
+        raise ArgumentError(f"identity= must be a Python number (the e with e op x == x), or a tuple of numbers for "
+                            f"an operator on tuples; got {identity!r}", location) from None
+    return _within_floats(plain, location) if type(plain) is int else plain
+
+
+def _within_floats(value: int, location) -> int:
+    """An int identity no dtype holds (past float64's range) is refused: torch could not fill a tensor with it."""
+    if abs(value) >= 2 ** 1024:
+        raise ArgumentError(f"identity= holds {value}, which is beyond every dtype's range; give an int within int64 "
+                            "or a float", location)
+    return value
 
 
 def identities(identity) -> tuple:
@@ -97,99 +147,303 @@ def identities(identity) -> tuple:
     return identity if isinstance(identity, tuple) else (identity,)
 
 
-def _differ(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Where two results differ beyond float rounding (NaN equal to NaN; exact for integers)."""
-    if not (x.is_floating_point() or y.is_floating_point()):
-        return x != y
-    x, y = x.double(), y.double()
-    both_nan = torch.isnan(x) & torch.isnan(y)
-    scale = torch.maximum(x.abs(), y.abs()).nan_to_num(0.0, 0.0, 0.0).clamp_min(1.0)
-    same = (x == y) | ((x - y).abs() <= _TOLERANCE * scale)
-    return ~(same | both_nan)
+def identity_key(identity) -> tuple | None:
+    """A key telling identities apart where ``==`` does not: ``0``, ``0.0``, ``-0.0`` and ``False`` differ (a
+    bool field is sampled as truth values, an int identity may hold in one dtype only)."""
+    return None if identity is None else tuple((type(v).__name__, repr(v)) for v in identities(identity))
 
 
-def _samples(width: int, bools: tuple[bool, ...] = ()) -> list[tuple[list, list, list]]:
-    """Floats near 0 and of magnitudes up to 1e3 (a saturating operator shows itself only past its threshold),
-    and small integers: three operands of ``width`` fields each. A field whose identity is a bool (``bools``)
-    holds random bools instead: its operator works on truth values."""
-    gen = torch.Generator().manual_seed(20261129)
-    scale = torch.tensor([2.0, 30.0, 1000.0], dtype=torch.float64).repeat_interleave(_SAMPLE // 2)
-    bools = bools or (False,) * width
-
-    def truth(n):
-        return torch.rand(n, generator=gen) < 0.5
-
-    def floats():
-        return [truth(scale.numel()) if b else
-                (torch.rand(scale.numel(), generator=gen, dtype=torch.float64) * 2 - 1) * scale for b in bools]
-
-    def ints():
-        return [truth(_SAMPLE) if b else torch.randint(-5, 6, (_SAMPLE,), generator=gen) for b in bools]
-
-    return [(floats(), floats(), floats()), (ints(), ints(), ints())]
+def builtin_parts(op: Function) -> tuple[OpSpec, ...] | None:
+    """For an operator on k-tuples that applies a builtin operator to each field on its own (field j of the
+    result is ``op_j(left_j, right_j)``, as :func:`tricomb.fanout` builds; one field: the builtin itself): those
+    builtins; else None."""
+    k = len(op.outputs)
+    if op.arity != 2 * k:
+        return None
+    parts = []
+    for j, out in enumerate(op.outputs):
+        spec = OPS.get(out.op) if isinstance(out, Call) else None
+        if spec is None or spec.identity is None or not (
+                out.args == (Arg(j), Arg(k + j)) or (spec.commutative and out.args == (Arg(k + j), Arg(j)))):
+            return None
+        parts.append(spec)
+    return tuple(parts)
 
 
-def _number(v) -> str:
-    text = f"{v:.6g}"
-    return text + ".0" if isinstance(v, float) and text.lstrip("-").isdigit() else text
+def fits(value, dtype: torch.dtype) -> bool:
+    """Whether planning takes an identity's field ``value`` for values of ``dtype`` (it refuses a bool for other
+    values and an integer outside an integer dtype's range, with a DTypeError; an infinity stands for an integer
+    dtype's extreme)."""
+    if isinstance(value, bool):
+        return dtype == torch.bool
+    if dtype == torch.bool or dtype.is_floating_point or math.isinf(value):
+        return True
+    info = torch.iinfo(dtype)
+    return not math.isnan(value) and info.min <= int(value) <= info.max
 
 
-def _text(values: list, i: int) -> str:
-    items = [_number(t[i].item()) for t in values]
-    return items[0] if len(items) == 1 else f"({', '.join(items)})"
+def candidates(value) -> tuple[torch.dtype, ...]:
+    """The dtypes an identity's field may be meant for, by its Python type: a bool's, bool; a float's, the floats
+    (``-inf`` is no integer); an int's, any (``-128`` is int8's lowest value, ``1`` is True)."""
+    if isinstance(value, bool):
+        return (torch.bool,)
+    return _FLOATS if isinstance(value, float) else (*_FLOATS, *_INTEGERS, torch.bool)
 
 
-def _first_difference(x: list, y: list):
-    """The first sample position where two k-field results differ, or None."""
-    bad = functools.reduce(torch.logical_or, [_differ(a, b) for a, b in zip(x, y)])
-    return int(bad.nonzero()[0]) if bool(bad.any()) else None
+def _exact(value, dtype: torch.dtype) -> bool:
+    """Whether ``value`` is a value of ``dtype`` as it stands, not rounded or cut to one (``0.5`` is no integer,
+    ``2`` no bool; an infinity stands for an integer dtype's extreme)."""
+    if dtype.is_floating_point:
+        return isinstance(value, float) or float(value) == value
+    if dtype == torch.bool:
+        return isinstance(value, bool) or math.isinf(value) or value in (0, 1)
+    return math.isinf(value) or value == int(value)
 
 
-def check_laws(op, identity=None, name: str | None = None, location=None) -> Laws:
-    """Check an operator's associativity (and find its commutativity) on a seeded sample; with ``identity``,
-    check that ``identity op x == x == x op identity`` too. An operator on k-tuples (2k arguments, k results,
-    a k-tuple identity) is checked field by field.
+def _builtin_identity_in(spec: OpSpec, value, dtype: torch.dtype) -> bool:
+    """Whether ``value`` (which fits ``dtype``) is the builtin's identity as a value of ``dtype``: the same float,
+    zero's sign included; the same bits of an integer (``255`` is ``bitwise_and``'s ``-1`` for uint8)."""
+    if not _exact(value, dtype):
+        return False
+    want = typed_identity(spec.identity, dtype)
+    if dtype.is_floating_point:
+        return value == want and math.copysign(1.0, value) == math.copysign(1.0, want)
+    if dtype == torch.bool:
+        return typed_identity(value, dtype) == want
+    return (typed_identity(value, dtype) - want) % 2 ** torch.iinfo(dtype).bits == 0
 
-    ``op`` is anything ``reduce`` accepts as an operator. One that torch cannot evaluate on floats (a bitwise
-    operator) is checked on the integer sample alone, unless its identity is not a whole number. Raises :class:`LawError` when ``(a op b) op c`` and
-    ``a op (b op c)`` differ on the sample, naming a counterexample (the message points at the tuple, linear
-    recurrence, form for the common case ``alpha * a + b``), when ``identity`` is not one, or when the
-    operator's arity is not twice its number of results, and :class:`ArgumentError` when ``identity`` is not a
-    number or a tuple of numbers.
+
+def _builtin_identity_text(spec: OpSpec, dtype: torch.dtype | None) -> str:
+    """What the builtin's identity is, in ``dtype`` or in every dtype."""
+    if dtype is not None:
+        return repr(typed_identity(spec.identity, dtype))
+    want = spec.identity
+    if math.isinf(want):
+        return f"{want!r} (for integers the dtype's {'lowest' if want < 0 else 'highest'} value, for bools {want > 0})"
+    every = "-1 (all bits set" if want == -1 else f"{int(want)} (or {want!r}"
+    return f"{every}; {typed_identity(want, torch.bool)} for bools)"
+
+
+def _check_builtin_identity(parts: tuple[OpSpec, ...], identity, dtypes, name: str, location) -> None:
+    """A builtin operator (or one per field) given ``identity=``: each field's value must be the builtin's identity
+    in every one of ``dtypes`` (None: in some dtype the value fits; planning checks the values' own). Raises
+    :class:`LawError` naming the identity it must be."""
+    for j, (spec, value) in enumerate(zip(parts, identities(identity))):
+        meant = [dtypes[j]] if dtypes is not None else candidates(value)
+        held = [_builtin_identity_in(spec, value, d) for d in meant if fits(value, d)]
+        if held and (any(held) if dtypes is None else all(held)):
+            continue
+        where = f" for {str(dtypes[j])[6:]} values" if dtypes is not None else ""
+        field = f" (field {j})" if len(parts) > 1 else ""
+        raise LawError(f"identity={value!r}{field} is not an identity of {spec.name}{where}: {spec.name}'s identity is "
+                       f"{_builtin_identity_text(spec, dtypes[j] if dtypes is not None else None)}. A reduce or scan "
+                       "pads its tiles and starts its accumulators with the identity, so any other value changes the "
+                       f"result; give {spec.name}'s own, or leave identity= out (it is then used)", location)
+
+
+def check_laws(op, identity=None, name: str | None = None, location=None, *, dtypes=None, samples=None) -> Laws:
+    """Check that ``op`` is associative and find whether it commutes; with ``identity``, check that
+    ``identity op x == x == x op identity`` and ``identity op identity == identity`` (lanes past the end of a tile
+    hold the identity). Returns the :class:`Laws` found.
+
+    ``op`` is anything ``reduce`` accepts as an operator: a function of 2 values, or of 2k values for an operator
+    on k-tuples (the left tuple's fields, then the right one's, returning k values; then ``identity`` is a
+    k-tuple). ``name`` names it in messages; ``location`` is where errors point.
+
+    By default the check is the one building a stage runs: on tricomb's seeded sample (extremes, values next to
+    the operator's constants, ..., see the module docstring) in float64 and float32, or in int64 for an operator
+    torch evaluates on integers alone; a field whose identity is a bool is sampled as truth values. An identity
+    passes there when it holds in some dtype (``2**31 - 1`` for a minimum: int32), because running the stage
+    checks it again in the values' dtype.
+
+    ``dtypes``: a torch dtype, or one per field: check in those dtypes instead, as a kernel for such values
+    combines them (float16 and bfloat16 in float32), the identity as a value of each; it must hold there.
+    ``samples``: a tensor, or a sequence of k tensors (the fields, broadcast together): check on your own values
+    instead, on triples of positions (all of them for up to 12 values), in the dtypes a kernel computes them in
+    (or in ``dtypes``). A check on samples proves nothing about values it did not see (docs/numerics.md).
+
+    A builtin operator (``tc.maximum``, ``lambda a, b: a + b``, or a builtin on each field) is not sampled: its
+    identity must be the builtin's own, exactly (``-inf`` for ``maximum``, an integer dtype's lowest value for its
+    values), in ``dtypes`` when given.
+
+    Raises :class:`LawError` when ``(a op b) op c`` and ``a op (b op c)`` differ by more than rounding explains,
+    naming a counterexample (and pointing at the tuple, linear recurrence, form for ``alpha * a + b``), when
+    ``identity`` is not one, when torch cannot evaluate the operator on the values, or when the operator's
+    arity is not twice its number of results; :class:`ArgumentError` when ``identity`` is not a number or a
+    tuple of numbers, or does not fit ``dtypes``, and for malformed ``dtypes`` or ``samples``.
     """
     from ..scalar.trace import to_function
     identity = normalized_identity(identity, location)
     fn = op if isinstance(op, Function) else to_function(op, role="the operator", location=location)
+    name = name or fn.name
+    _check_shape(fn, identity, name, location)
+    width = len(fn.outputs)
+    dtypes = _dtypes_argument(dtypes, width, location)
+    parts = builtin_parts(fn)
+    if parts is not None:
+        if identity is not None:
+            _check_fit(identity, dtypes, location)
+            _check_builtin_identity(parts, identity, dtypes, name, location)
+        return Laws(True, all(p.commutative for p in parts))
+    ids = identities(identity) if identity is not None else None
+    gen = torch.Generator().manual_seed(_SEED)
+    with _one_thread():
+        try:
+            if samples is None and dtypes is None:
+                return _laws_by_default(fn, ids, name, location, gen)
+            sample = _user_sample(samples, dtypes, width, location, gen) if samples is not None else \
+                _sample(dtypes, _constants(fn), ids, gen)
+            _check_fit(identity, sample.dtypes, location)
+            commutes, problem = _check_sample(fn, sample, ids, name, location, gen)
+        except _Unevaluable as exc:
+            raise LawError(str(exc), location) from None
+    if problem is not None:
+        raise LawError(problem, location)
+    return Laws(True, commutes)
+
+
+_THREADS = {"checks": 0, "caller's": 1}  # checks running now, and the thread count before the first of them
+_THREADS_GUARD = threading.Lock()  # (held for the bookkeeping alone, never while a check runs)
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Run a check's torch operations on one thread. Its tensors hold a few thousand elements, where torch's
+    vectorized math (exp, log1p, ...) already splits work over threads, and a second core a busy machine hands
+    over late costs ~10 ms an operation, 50 times the operation. Checks running at once share the window; the
+    last to end restores the caller's count."""
+    with _THREADS_GUARD:
+        if _THREADS["checks"] == 0:
+            _THREADS["caller's"] = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _THREADS["checks"] += 1
+    try:
+        yield
+    finally:
+        with _THREADS_GUARD:
+            _THREADS["checks"] -= 1
+            if _THREADS["checks"] == 0:
+                torch.set_num_threads(_THREADS["caller's"])
+
+
+def _check_shape(fn: Function, identity, name: str, location) -> None:
     width = len(fn.outputs)
     if fn.arity != 2 * width:
-        raise LawError(f"operator {name or fn.name!r} takes {fn.arity} arguments and returns {width} value(s); an "
-                       "operator combines two k-tuples into one: 2k arguments (the left fields, then the right "
-                       "ones) and k results", location)
+        raise LawError(f"operator {name!r} takes {fn.arity} arguments and returns {width} value(s); an operator "
+                       "combines two k-tuples into one: 2k arguments (the left fields, then the right ones) and k "
+                       "results", location)
     if identity is not None and len(identities(identity)) != width:
-        raise LawError(f"identity={identity!r} has {len(identities(identity))} field(s) but operator "
-                       f"{name or fn.name!r} combines {width}-tuples; give one value per field", location)
-    commutative = True
-    bools = tuple(isinstance(v, bool) for v in identities(identity)) if identity is not None else ()
-    integral = identity is None or _integral(identities(identity))
-    for k, (a, b, c) in enumerate(_samples(width, bools)):
-        try:
-            left = _apply(fn, _apply(fn, a, b), c)
-        except LawError:
-            if k == 0 and integral:
-                continue  # an operator on integers alone (bitwise): the integer sample checks it
-            raise
-        right = _apply(fn, a, _apply(fn, b, c))
-        i = _first_difference(left, right)
+        raise LawError(f"identity={identity!r} has {len(identities(identity))} field(s) but operator {name!r} "
+                       f"combines {width}-tuples; give one value per field", location)
+
+
+def _dtypes_argument(dtypes, width: int, location) -> tuple[torch.dtype, ...] | None:
+    """``dtypes=`` as the compute dtype of each of ``width`` fields (one dtype stands for every field)."""
+    if dtypes is None:
+        return None
+    listed = list(dtypes) if isinstance(dtypes, (tuple, list)) else [dtypes]
+    named = [getattr(torch, d, None) if isinstance(d, str) else d for d in listed * (width if len(listed) == 1 else 1)]
+    known = (torch.float16, torch.bfloat16, *_FLOATS, *_INTEGERS, torch.bool)
+    if len(named) != width or not all(d in known for d in named):
+        raise ArgumentError(f"dtypes= must be a torch dtype (or its name), or a sequence of {width}, one per field; "
+                            f"of {', '.join(str(d)[6:] for d in known)}; got {dtypes!r}", location)
+    return tuple(compute_dtype(d) for d in named)
+
+
+def _check_fit(identity, dtypes, location) -> None:
+    for value, dtype in zip(identities(identity) if identity is not None and dtypes else (), dtypes or ()):
+        if not fits(value, dtype):
+            raise ArgumentError(f"identity={identity!r} holds {value!r}, which is not a value of {str(dtype)[6:]}; "
+                                "give a bool for bool values alone, and an integer within an integer dtype's range",
+                                location)
+
+
+def _laws_by_default(fn: Function, ids, name: str, location, gen: torch.Generator) -> Laws:
+    """The check building a stage runs (see :func:`check_laws`)."""
+    width = len(fn.outputs)
+    bools = [isinstance(e, bool) for e in ids] if ids is not None else [False] * width
+    constants = _constants(fn)
+
+    def typed(dtype):
+        return tuple(torch.bool if b else dtype for b in bools)
+
+    try:
+        results = [_check_sample(fn, _sample(typed(d), constants, ids, gen), ids, name, location, gen)
+                   for d in _FLOATS]
+        base = torch.float64
+    except _Unevaluable as exc:
+        if ids is not None and not all(fits(e, d) and _exact(e, d) for e, d in zip(ids, typed(torch.int64))):
+            raise LawError(str(exc), location) from None  # (a fraction makes it a float operator)
+        results = [_check_sample(fn, _sample(typed(torch.int64), constants, ids, gen), ids, name, location, gen)]
+        base = torch.int64
+    problems = [problem for _, problem in results]
+    if ids is not None and None not in problems and not any(
+            _identity_holds(fn, ids, dtypes, constants, gen) for dtypes in _other_dtypes(ids, typed(base))):
+        raise LawError(problems[0], location)
+    return Laws(True, all(commutes for commutes, _ in results))
+
+
+def _other_dtypes(ids, checked: tuple[torch.dtype, ...]) -> list[tuple[torch.dtype, ...]]:
+    """The integer and bool dtypes an identity may hold in besides ``checked`` (one per field): each field that
+    may be meant for them (:func:`candidates`) in turn takes every one its value fits exactly; the others stay."""
+    others = [tuple(d if d in candidates(e) and fits(e, d) and _exact(e, d) else c for e, c in zip(ids, checked))
+              for d in (*_INTEGERS, torch.bool)]
+    return [dtypes for dtypes in dict.fromkeys(others) if dtypes != checked]
+
+
+def _check_sample(fn: Function, sample: _Sample, ids, name: str, location, gen) -> tuple[bool, str | None]:
+    """Associativity on ``sample`` (a :class:`LawError` when it fails), whether ``fn`` commutes there, and what is
+    wrong with the identity ``ids`` there (None: nothing, or no identity)."""
+    a, b, c = _given(sample.a), _given(sample.b), _given(sample.c)
+    pairs = [(a, b), (b, c), (b, a)] + (_identity_pairs(sample, ids) if ids is not None else [])
+    first = _combine(fn, pairs, gen)
+    ab, bc, ba = first[:3]
+    left, right = _combine(fn, [(ab, c), (a, bc)], gen)
+    i = _first(_differs(left, right))
+    if i is not None:
+        raise LawError(
+            f"operator {name!r} is not associative: with a={_text(a.values, i)}, b={_text(b.values, i)}, "
+            f"c={_text(c.values, i)}, (a op b) op c = {_text(left.values, i)} but a op (b op c) = "
+            f"{_text(right.values, i)}{_in(sample.dtypes)}. A reduce or scan combines in a tree, so its operator "
+            f"must be associative{_law_hint(fn)}", location)
+    commutes = _first(_differs(ab, ba)) is None
+    return commutes, (_identity_problem(first[3:], pairs[3][1], pairs[5][0], ids, sample.dtypes, name)
+                      if ids is not None else None)
+
+
+def _identity_pairs(sample: _Sample, ids) -> list[tuple[_Run, _Run]]:
+    """``(e, x)``, ``(x, e)`` and ``(e, e)``: the identity ``e`` beside every operand of the identity's check."""
+    e = [torch.full_like(t, typed_identity(v, t.dtype)) for v, t in zip(ids, sample.x)]
+    x, each, once = _given(sample.x), _given(e), _given([t[:1] for t in e])
+    return [(each, x), (x, each), (once, once)]
+
+
+def _identity_holds(fn: Function, ids, dtypes, constants, gen) -> bool:
+    sample = _sample(dtypes, constants, ids, gen)
+    pairs = _identity_pairs(sample, ids)
+    try:
+        results = _combine(fn, pairs, gen)
+    except _Unevaluable:
+        return False
+    return _identity_problem(results, pairs[0][1], pairs[2][0], ids, dtypes, "") is None
+
+
+def _identity_problem(results: list[_Run], x: _Run, e: _Run, ids, dtypes, name: str) -> str | None:
+    """What is wrong with the identity, given ``e op x``, ``x op e`` and ``e op e`` (``results``); None: nothing."""
+    ex, xe, ee = results
+    shown = ids[0] if len(ids) == 1 else ids
+    what = f"identity={shown!r} is not an identity of operator {name!r}{_in(dtypes)}"
+    if _first(_differs(ee, e)) is not None:
+        return (f"{what}: {shown!r} op {shown!r} = {_text(ee.values, 0)}, not {shown!r}; masked lanes combine the "
+                "identity with itself, so the operator must give it back (guard the formula with tc.where), or "
+                "leave identity= out: tricomb then pads with a validity flag")
+    for got, side in ((ex, "e op x"), (xe, "x op e")):
+        i = _first(_differs(got, x))
         if i is not None:
-            raise LawError(
-                f"operator {name or fn.name!r} is not associative: with a={_text(a, i)}, b={_text(b, i)}, "
-                f"c={_text(c, i)}, (a op b) op c = {_text(left, i)} but a op (b op c) = {_text(right, i)}. A "
-                f"reduce or scan combines in a tree, so its operator must be associative{_law_hint(fn)}", location)
-        commutative = commutative and _first_difference(_apply(fn, a, b), _apply(fn, b, a)) is None
-        floats = any(t.is_floating_point() for t in a)  # the float sample (bool fields hold truth values)
-        if identity is not None and (floats or integral):
-            _check_identity(fn, identities(identity), a, name, location)
-    return Laws(True, commutative)
+            return (f"{what}: with x={_text(x.values, i)}, {side} = {_text(got.values, i)}, not x. Give the value e "
+                    "with e op x == x op e == x (0 for a sum, 1 for a product, -inf for a maximum), or leave "
+                    "identity= out: tricomb then pads with a validity flag")
+    return None
 
 
 def _law_hint(fn: Function) -> str:
@@ -205,30 +459,316 @@ def _law_hint(fn: Function) -> str:
     return ""
 
 
-def _integral(values: tuple) -> bool:
-    """Whether an identity also fits the integer sample: whole numbers within int64 (a float such as
-    finfo(float32).max is a float-only identity), or infinities (an integer dtype's extremes)."""
-    return all(isinstance(v, bool) or (isinstance(v, (int, float)) and (
-        abs(v) == float("inf") or (float(v).is_integer() and abs(v) < 2**62))) for v in values)
+def _constants(fn: Function) -> list[float]:
+    """The numbers written in the operator: its constants, and those in the source of the ``@triton.jit``
+    functions it calls (their callees' and the globals they read included). Bools are not numbers here."""
+    nodes = [e for out in fn.outputs for e in walk(out)]
+    found = [e.value for e in nodes if isinstance(e, Const) and not isinstance(e.value, bool)]
+    jits = list(dict.fromkeys(e.fn for e in nodes if isinstance(e, JitCall)))
+    found += _jit_constants(jits) if jits else []
+    return [v for v in found if isinstance(v, float) or abs(v) < 2 ** 1023]  # (an int past every dtype: none)
 
 
-def _check_identity(fn: Function, identity: tuple, a: list, name, location) -> None:
-    """``e op x == x op e == x`` on the sample, and ``e op e == e`` (lanes past the end of a tile hold e)."""
-    shown = identity[0] if len(identity) == 1 else identity
-    e = [torch.full_like(t, typed_identity(v, t.dtype)) for v, t in zip(identity, a)]
-    if _first_difference(_apply(fn, e, e), e) is not None:
-        raise LawError(f"identity={shown!r} is not an identity of operator {name or fn.name!r}: {shown!r} op "
-                       f"{shown!r} = {_text(_apply(fn, e, e), 0)}, not {shown!r}; masked lanes combine the identity with itself, so the "
-                       "operator must give it back (guard the formula with tc.where), or leave identity= out: "
-                       "tricomb then pads with a validity flag", location)
-    for left, right in ((e, a), (a, e)):
-        got = _apply(fn, left, right)
-        i = _first_difference(got, a)
-        if i is not None:
-            raise LawError(f"identity={shown!r} is not an identity of operator {name or fn.name!r}: with "
-                           f"x={_text(a, i)}, {'e op x' if left is e else 'x op e'} = {_text(got, i)}, not x. Give "
-                           "the value e with e op x == x op e == x (0 for a sum, 1 for a product, -inf for a "
-                           "maximum), or leave identity= out: tricomb then pads with a validity flag", location)
+def _jit_constants(refs: list[JitRef]) -> list[float]:
+    from ..errors import InlineError
+    from ..scalar.inline import inline_jit_functions
+    try:
+        code = inline_jit_functions(refs, set())
+    except InlineError:
+        return []  # (its stage refuses it with this error when the kernel is emitted)
+    return [node.value for text in code.definitions + code.constants for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Constant) and type(node.value) in (int, float)]
+
+
+def _special(dtype: torch.dtype, constants: list[float], identity) -> torch.Tensor:
+    """The values of ``dtype`` where operators break: small integers and fractions, large magnitudes and the
+    dtype's extremes, the values next to each constant and to the identity (both signs of each), and the
+    identity itself, infinities included (padding feeds them to the operator)."""
+    if dtype == torch.bool:
+        return torch.tensor([False, True])
+    near = [0, 1, 2, 3, 5, 10, 1000] + [value for c in constants + ([identity] if identity is not None else [])
+                                         if math.isfinite(c) for value in _around(c)]
+    if not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        far = [2 ** 7, 2 ** 8, 2 ** 15, 2 ** 16, 2 ** 31, 2 ** 32, 2 ** 62, info.max, info.max - 1, -info.min]
+        whole = {int(math.floor(v)) for v in near + far for v in (v, -v) if math.isfinite(v)}
+        whole |= {typed_identity(identity, dtype)} if identity is not None and not math.isnan(identity) else set()
+        return torch.tensor(sorted(v for v in whole if info.min <= v <= info.max), dtype=dtype)
+    info = torch.finfo(dtype)
+    far = [0.5, 0.1, 1 / 3, 1e6, 2 ** 24, 2 ** 31, 2 ** 53, 1e15, 1e30, 1e100, 1e200, info.max, info.max / 2,
+           math.sqrt(info.max), info.tiny, 1 / math.sqrt(info.max)]
+    values = [v for v in near + far for v in (v, -v) if abs(v) <= info.max]
+    values += [-0.0] + ([identity] if identity is not None and not math.isfinite(identity) else [])
+    pool = torch.tensor(values, dtype=torch.float64).to(dtype)
+    beside = torch.tensor([c for c in constants + ([identity] if identity is not None else [])
+                           if math.isfinite(c) and abs(c) <= info.max], dtype=torch.float64).to(dtype)
+    up, down = torch.full_like(beside, math.inf), torch.full_like(beside, -math.inf)
+    return torch.cat([pool, torch.nextafter(beside, up), torch.nextafter(beside, down)])
+
+
+def _around(c: float) -> list[float]:
+    """Where an operator holding the constant ``c`` changes its behaviour: at ``c`` and either side of it, at
+    sums of two values that reach it, and at ``1 / c`` (the zero of ``1 + c x``)."""
+    return [c, c + 1, c - 1, 2 * c, c / 2, 0.75 * c, 1.5 * c] + ([1 / c] if c else [])
+
+
+def _random(dtype: torch.dtype, n: int, gen: torch.Generator) -> torch.Tensor:
+    """``n`` random values of ``dtype``: floats uniform in (-s, s) for scales s from 1 to 1e6, a quarter of them
+    small integers (ties); integers small, moderate or anywhere in the range; bools."""
+    pick = torch.randint(0, 4, (n,), generator=gen)
+    if dtype == torch.bool:
+        return torch.rand(n, generator=gen) < 0.5
+    small = torch.randint(-5, 6, (n,), generator=gen)
+    if dtype.is_floating_point:
+        scale = torch.tensor([1.0, 30.0, 1000.0, 1e6], dtype=torch.float64)[pick]
+        uniform = (torch.rand(n, generator=gen, dtype=torch.float64) * 2 - 1) * scale
+        return torch.where(pick == 0, small.double(), uniform).to(dtype)
+    info = torch.iinfo(dtype)
+    moderate = torch.randint(-1000, 1001, (n,), generator=gen)
+    anywhere = torch.randint(info.min, info.max, (n,), generator=gen, dtype=torch.int64)
+    chosen = torch.where(pick < 2, small, torch.where(pick == 2, moderate, anywhere))
+    return chosen.clamp(info.min, info.max).to(dtype)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """Operands of one check: ``a``, ``b``, ``c`` (k fields of one value per point each), and ``x``, the operands
+    of the identity's check (every special value, then ``a``; of tricomb's sample, the finite ones: an operator's
+    meaning on infinite data is its own, while padding feeds it the identity's infinities, which ``a``, ``b``,
+    ``c`` hold), in ``dtypes`` (one per field)."""
+
+    dtypes: tuple[torch.dtype, ...]
+    a: list[torch.Tensor]
+    b: list[torch.Tensor]
+    c: list[torch.Tensor]
+    x: list[torch.Tensor]
+
+
+def _sample(dtypes: tuple[torch.dtype, ...], constants: list[float], ids, gen: torch.Generator) -> _Sample:
+    """``_POINTS`` points whose operands' fields are each a special value or a random one (half and half), those
+    made of special values alone first (so that a counterexample shows the plainest values); the identity's check
+    takes every special value and the first ``_POINTS // 4`` points' ``a``."""
+    pools = [_special(d, constants, e) for d, e in zip(dtypes, ids or (None,) * len(dtypes))]
+    fields, randoms = [], torch.zeros(3 * _POINTS, dtype=torch.long)
+    for d, pool in zip(dtypes, pools):  # each field of a, b and c at once
+        special = pool[torch.randint(0, len(pool), (3 * _POINTS,), generator=gen)]
+        chosen = torch.rand(3 * _POINTS, generator=gen) < 0.5
+        fields.append(torch.where(chosen, special, _random(d, 3 * _POINTS, gen)))
+        randoms += ~chosen
+    order = torch.sort(randoms.view(3, _POINTS).sum(0), stable=True).indices
+    a, b, c = ([f.view(3, _POINTS)[k][order] for f in fields] for k in range(3))
+    longest = max(len(p) for p in pools)
+    x = [torch.cat([p.repeat(longest // len(p) + 1)[:longest], f[:_POINTS // 4]]) for p, f in zip(pools, a)]
+    finite = functools.reduce(torch.logical_and, [torch.isfinite(f) for f in x])
+    return _Sample(dtypes, a, b, c, [f[finite] for f in x])
+
+
+def _user_sample(samples, dtypes, width: int, location, gen: torch.Generator) -> _Sample:
+    """Points drawn from the user's values: ``samples`` is a tensor, or a sequence of ``width`` tensors (the
+    fields, broadcast together); each point takes every field at one position. Triples of positions are all of
+    them for few values, else ``_POINTS`` random ones; the identity's check uses every value (``_POINTS`` random
+    ones of many). Computed in ``dtypes``, else in the dtype a kernel computes each field's values in."""
+    fields = list(samples) if isinstance(samples, (tuple, list)) else [samples]
+    if len(fields) != width or not all(isinstance(t, torch.Tensor) for t in fields):
+        raise ArgumentError(f"samples= must be a tensor for an operator on single values, or a sequence of {width} "
+                            f"tensors, one per field of the operator's {width}-tuples; got {samples!r}", location)
+    try:
+        fields = [t.detach().to("cpu").reshape(-1) for t in torch.broadcast_tensors(*fields)]
+    except RuntimeError as exc:
+        raise ArgumentError(f"samples= fields must broadcast together, as a stream's fields do: {exc}",
+                            location) from None
+    n = fields[0].numel()
+    if n == 0:
+        raise ArgumentError("samples= holds no values; give at least one", location)
+    dtypes = dtypes or tuple(compute_dtype(t.dtype) for t in fields)
+    fields = [t.to(d) for t, d in zip(fields, dtypes)]
+    if n ** 3 <= _POINTS:
+        i, j, k = (p.reshape(-1) for p in torch.meshgrid(*[torch.arange(n)] * 3, indexing="ij"))
+    else:
+        i, j, k = (torch.randint(0, n, (_POINTS,), generator=gen) for _ in range(3))
+    some = torch.arange(n) if n <= _POINTS else torch.randint(0, n, (_POINTS,), generator=gen)
+    return _Sample(dtypes, [f[i] for f in fields], [f[j] for f in fields], [f[k] for f in fields],
+                   [f[some] for f in fields])
+
+
+class _Unevaluable(Exception):
+    """torch cannot evaluate the operator on these dtypes (a bitwise operator on floats); the message says so."""
+
+
+@dataclass(frozen=True)
+class _Run:
+    """k fields of values computed three times: exactly, then twice with every rounding operation's result moved
+    by ``_JITTER`` eps of its dtype (all upward; with signs alternating over the operations and random over the
+    elements), so how far the moved ones land measures what rounding can change. ``out_of_range``: the elements
+    where an operation on the way left the dtype's normal range, in any of the three (:func:`_left_range`)."""
+
+    copies: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]
+    out_of_range: torch.Tensor
+
+    @property
+    def values(self) -> list[torch.Tensor]:
+        return self.copies[0]
+
+
+def _given(fields: list[torch.Tensor]) -> _Run:
+    """Operands, exact in every copy."""
+    return _Run((fields, fields, fields), torch.zeros(fields[0].shape[0], dtype=torch.bool))
+
+
+def _node(expr, operands: list):
+    """One operation of an operator, computed by torch (a ``@triton.jit`` function runs alone, as the torch meaning
+    of a pipeline runs it)."""
+    if isinstance(expr, JitCall):
+        from .evaluate import evaluate_function
+        alone = Function(len(operands), (JitCall(expr.fn, tuple(Arg(i) for i in range(len(operands)))),),
+                         expr.fn.name)
+        return evaluate_function(alone, list(operands))[0]
+    if not any(isinstance(o, torch.Tensor) for o in operands):
+        operands = [torch.tensor(operands[0]), *operands[1:]]
+    return OPS[expr.op].torch(*operands)
+
+
+def _magnitude(values: list) -> torch.Tensor:
+    """The largest finite magnitude among tensors, elementwise."""
+    sizes = [v.double().abs().nan_to_num(0.0, 0.0, 0.0) for v in values
+             if isinstance(v, torch.Tensor) and v.dtype != torch.bool]
+    return functools.reduce(torch.maximum, sizes)
+
+
+def _evaluate(fn: Function, args: list[torch.Tensor], upward: torch.Tensor, alternating: torch.Tensor):
+    """:func:`_evaluate_chunk` on at most ``_CHUNK`` elements at a time."""
+    n = upward.shape[0]
+    if n <= _CHUNK:
+        return _evaluate_chunk(fn, args, upward, alternating)
+    pieces = [_evaluate_chunk(fn, [a[i:i + _CHUNK] for a in args], upward[i:i + _CHUNK], alternating[i:i + _CHUNK])
+              for i in range(0, n, _CHUNK)]
+    outs = [torch.cat([piece[0][j] for piece in pieces]) for j in range(len(fn.outputs))]
+    return outs, torch.cat([piece[1] for piece in pieces])
+
+
+def _evaluate_chunk(fn: Function, args: list[torch.Tensor], upward: torch.Tensor, alternating: torch.Tensor):
+    """``fn``'s results on ``args`` (tensors of n elements), the result of each rounding float operation moved by
+    ``(upward +- alternating) * _JITTER`` eps: relative to the result for a builtin, to the largest operand or result
+    for a ``@triton.jit`` function (whose own roundings are not seen). Returns the results and where an operation
+    left the normal range."""
+    n = upward.shape[0]
+    out_of_range = torch.zeros(n, dtype=torch.bool)
+    steps: dict[tuple[torch.dtype, bool], torch.Tensor] = {}  # per dtype, for the two signs of the alternation
+    turn = [False]
+
+    def step(dtype: torch.dtype) -> torch.Tensor:
+        turn[0] = not turn[0]
+        if (dtype, turn[0]) not in steps:
+            signed = upward + alternating if turn[0] else upward - alternating
+            steps[dtype, turn[0]] = (signed * (_JITTER * torch.finfo(dtype).eps)).to(dtype)
+        return steps[dtype, turn[0]]
+
+    def on_call(expr, operands):
+        nonlocal out_of_range
+        value = _node(expr, operands)
+        if not (isinstance(value, torch.Tensor) and value.is_floating_point() and value.shape == (n,)):
+            return value
+        out_of_range = out_of_range | _left_range(expr, value, operands)
+        if isinstance(expr, Call) and expr.op in _EXACT:
+            return value
+        size = value if isinstance(expr, Call) else _magnitude([value, *operands]).to(value.dtype)
+        return value + (size * step(value.dtype)).nan_to_num_(0.0, 0.0, 0.0)
+
+    try:
+        outs = fold(fn, args, on_call)
+    except (RuntimeError, TypeError) as exc:
+        kinds = ", ".join(str(t.dtype)[6:] for t in args)
+        raise _Unevaluable(f"operator {fn.name!r} cannot be evaluated by torch on ({kinds}) values: {exc}") from None
+    return [_filled(o, n, args) for o in outs], out_of_range
+
+
+def _left_range(expr, value: torch.Tensor, operands: list) -> torch.Tensor:
+    """Where an operation's result left its dtype's normal range, so that its grouping decides the value: an
+    infinity from finite operands (overflow), or, but for an add or a sub (exact there), a result below the smallest
+    normal number from operands that are not zero (underflow: ``1e-200 * 1e-200`` is 0, and then ``0 * 1e300`` is
+    not ``1e-100``)."""
+    tensors = [o for o in operands if isinstance(o, torch.Tensor)]
+    finite = functools.reduce(torch.logical_and, [torch.isfinite(o) for o in tensors])
+    left = torch.isinf(value) & finite
+    if isinstance(expr, Call) and expr.op in _EXACT | {"add", "sub"}:
+        return left
+    nonzero = functools.reduce(torch.logical_and, [o != 0 for o in tensors])
+    if any(not isinstance(o, torch.Tensor) and o == 0 for o in operands):
+        return left
+    return left | (value.abs() < torch.finfo(value.dtype).tiny) & nonzero & finite
+
+
+def _filled(value, n: int, args: list[torch.Tensor]) -> torch.Tensor:
+    """A result as n elements (a constant result field takes torch's dtype for it)."""
+    if isinstance(value, torch.Tensor):
+        return value.expand(n) if value.dim() == 0 else value
+    from .evaluate import constant_dtype
+    return torch.full((n,), value, dtype=constant_dtype(value, [a.dtype for a in args], False))
+
+
+def _combine(fn: Function, pairs: list[tuple[_Run, _Run]], gen: torch.Generator) -> list[_Run]:
+    """``left op right`` for each pair, every pair and copy stacked into one evaluation of ``fn``."""
+    sizes = [left.out_of_range.shape[0] for left, _ in pairs]
+    m, k = sum(sizes), len(pairs[0][0].values)
+    args = [torch.cat([pair[side].copies[c][j] for c in range(3) for pair in pairs]) for side in (0, 1)
+            for j in range(k)]
+    zeros, ones = torch.zeros(m, dtype=torch.float64), torch.ones(m, dtype=torch.float64)
+    signs = torch.randint(0, 2, (m,), generator=gen).double() * 2 - 1
+    outs, out_of_range = _evaluate(fn, args, torch.cat([zeros, ones, zeros]), torch.cat([zeros, zeros, signs]))
+    out_of_range = out_of_range.view(3, m).any(0) | torch.cat([left.out_of_range | right.out_of_range
+                                                                for left, right in pairs])
+    parts = [[out[c * m:(c + 1) * m].split(sizes) for out in outs] for c in range(3)]
+    return [_Run(tuple([field[i] for field in parts[c]] for c in range(3)), flags)
+            for i, flags in enumerate(out_of_range.split(sizes))]
+
+
+def _moved(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``|x - y|`` in float64: 0 where they are equal (infinities included) or both NaN, inf where one is NaN."""
+    x, y = x.double(), y.double()
+    same = (x == y) | (torch.isnan(x) & torch.isnan(y))
+    return torch.where(same, 0.0, (x - y).abs().nan_to_num(math.inf, math.inf))
+
+
+def _spread(run: _Run, j: int) -> torch.Tensor:
+    """How far the perturbed copies of field ``j`` landed from the exact one."""
+    return torch.maximum(_moved(run.copies[1][j], run.values[j]), _moved(run.copies[2][j], run.values[j]))
+
+
+def _differs(x: _Run, y: _Run) -> torch.Tensor:
+    """Where two results differ by more than rounding explains (integers and bools: at all), leaving out the elements
+    where an operation left the normal range."""
+    bad = torch.zeros_like(x.out_of_range)
+    for j, (u, v) in enumerate(zip(x.values, y.values)):
+        if not (u.is_floating_point() or v.is_floating_point()):
+            bad |= u != v
+            continue
+        info = torch.finfo(u.dtype if u.is_floating_point() else v.dtype)
+        size = _magnitude([u, v])
+        allowed = _SLACK * (_spread(x, j) + _spread(y, j)) + 2 * info.eps * size + info.tiny
+        bad |= _moved(u, v) > allowed
+    return bad & ~(x.out_of_range | y.out_of_range)
+
+
+def _first(bad: torch.Tensor) -> int | None:
+    return int(bad.nonzero()[0]) if bool(bad.any()) else None
+
+
+def _number(v, dtype: torch.dtype) -> str:
+    if isinstance(v, float) and dtype == torch.float32 and math.isfinite(v):
+        text = f"{v:.9g}"  # (float32's shortest digits that give it back, at most 9)
+        return text + ".0" if text.lstrip("-").isdigit() else text
+    return repr(v)
+
+
+def _text(values: list[torch.Tensor], i: int) -> str:
+    items = [_number(t[i].item(), t.dtype) for t in values]
+    return items[0] if len(items) == 1 else f"({', '.join(items)})"
+
+
+def _in(dtypes: tuple[torch.dtype, ...]) -> str:
+    """The dtypes of a sample, for a message (float64, the default's first, says nothing)."""
+    shown = [str(d)[6:] for d in dtypes if d != torch.bool]
+    return "" if all(d == "float64" for d in shown) else f" (computed in {', '.join(dict.fromkeys(shown))})"
 
 
 def fold_reduce(fn: Function, identity, xs: list, dims: tuple[int, ...]) -> list[torch.Tensor]:

@@ -1,7 +1,7 @@
 """The pipeline as DSL-style text, for ``str(pipe)``, plans and messages."""
 from __future__ import annotations
 
-from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall
+from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall, children, tree_size, walk
 from .ir import Map, PipelineIR, Reduce, Stage, ZipWith
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS
 from .verify import operator_spec
@@ -11,25 +11,60 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "lt": "<"
 _PARAMS = "xyzuvw"
 
 
-def _expr(e: Expr, names: list[str]) -> str:
+def _node_text(e: Expr, operands: list[str], names: list[str]) -> str:
+    """One node as DSL text, its operands already written."""
     if isinstance(e, Arg):
         return names[e.index]
     if isinstance(e, Const):
         text = repr(e.value)
         return f"({text})" if text.startswith("-") else text  # (-2.0) ** x is not -(2.0 ** x)
-    args = [_expr(a, names) for a in e.args]
     if isinstance(e, JitCall):
-        return f"{e.fn.name}({', '.join(args)})"
+        return f"{e.fn.name}({', '.join(operands)})"
     if e.op in _INFIX:
-        return f"({args[0]} {_INFIX[e.op]} {args[1]})"
+        return f"({operands[0]} {_INFIX[e.op]} {operands[1]})"
     if e.op == "neg":
-        return f"(-{args[0]})"
-    return f"{e.op}({', '.join(args)})"
+        return f"(-{operands[0]})"
+    return f"{e.op}({', '.join(operands)})"
+
+
+# An expression whose unfolded tree has more nodes than this is printed with its shared subexpressions named
+# (``let t0 = ...; ... in ...``, which the DSL does not parse), so that the text stays linear in its DAG.
+_INLINE_LIMIT = 1000
+
+
+def _shared(outputs: tuple[Expr, ...]) -> set:
+    """The calls that occur more than once in ``outputs``' trees: operands of more than one node or more than
+    once of one node, or an output that is an operand too."""
+    uses: dict[Expr, int] = {}
+    for node in walk(*outputs):
+        for operand in children(node):
+            uses[operand] = uses.get(operand, 0) + 1
+    for out in outputs:
+        uses[out] = uses.get(out, 0) + 1
+    return {node for node, count in uses.items() if count > 1 and isinstance(node, (Call, JitCall))}
+
+
+def _body(outputs: tuple[Expr, ...], names: list[str]) -> str:
+    """The outputs as DSL text: every subexpression inlined when the trees are small; else each shared one
+    written once in a ``let`` and used by name."""
+    shared = _shared(outputs) if tree_size(outputs, _INLINE_LIMIT) > _INLINE_LIMIT else set()
+    texts: dict[Expr, str] = {}
+    lets = []
+    for node in walk(*outputs):
+        texts[node] = _node_text(node, [texts[a] for a in children(node)], names)
+        if node in shared:
+            name = f"t{len(lets)}"
+            lets.append(f"{name} = {texts[node]}")
+            texts[node] = name
+    body = ", ".join(texts[o] for o in outputs)
+    body = f"({body})" if len(outputs) > 1 else body
+    return f"let {'; '.join(lets)} in {body}" if lets else body
 
 
 def function_text(fn: Function) -> str:
     """A function by its name (a builtin, a def, a @triton.jit function, or its ``env`` key in DSL text);
-    an anonymous lambda as ``(x -> exp(x) * 2)``."""
+    an anonymous lambda as ``(x -> exp(x) * 2)``, which :func:`tricomb.parse` reads back, or, when its trees
+    unfold to more than ``_INLINE_LIMIT`` nodes, with its shared subexpressions named in a ``let``."""
     if fn.name and not fn.name.startswith("<"):
         return fn.name
     out = fn.outputs[0] if len(fn.outputs) == 1 else None
@@ -37,9 +72,7 @@ def function_text(fn: Function) -> str:
         return out.op if isinstance(out, Call) else out.fn.name
     names = [_PARAMS[i] if i < len(_PARAMS) else f"a{i}" for i in range(fn.arity)]
     params = names[0] if fn.arity == 1 else f"({', '.join(names)})"
-    body = ", ".join(_expr(o, names) for o in fn.outputs)
-    body = f"({body})" if len(fn.outputs) > 1 else body
-    return f"({params} -> {body})"
+    return f"({params} -> {_body(fn.outputs, names)})"
 
 
 def _args(**kwargs) -> str:

@@ -9,10 +9,11 @@ import functools
 
 import torch
 
-from ..errors import ArityError, AxisError, DTypeError, UnsupportedError
+from ..errors import ArityError, AxisError, DTypeError, LawError, UnsupportedError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.ir import Arg, Call, Function, JitCall
-from .operators import Laws, check_laws, declared_laws
+from .operators import Laws, check_laws, declared_laws, fits, identities, identity_key
+from .operators import builtin_parts  # noqa: F401 (read here by the passes and the torch meaning)
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
 from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith, stream_widths
 
@@ -27,22 +28,6 @@ def operator_spec(op: Function) -> OpSpec | None:
     return None
 
 
-def builtin_parts(op: Function) -> tuple[OpSpec, ...] | None:
-    """For an operator on k-tuples that applies a builtin operator to each field on its own (field j of the
-    result is ``op_j(left_j, right_j)``, as :func:`tricomb.fanout` builds): those builtins; else None."""
-    k = len(op.outputs)
-    if op.arity != 2 * k:
-        return None
-    parts = []
-    for j, out in enumerate(op.outputs):
-        spec = OPS.get(out.op) if isinstance(out, Call) else None
-        if spec is None or spec.identity is None or not (
-                out.args == (Arg(j), Arg(k + j)) or (spec.commutative and out.args == (Arg(k + j), Arg(j)))):
-            return None
-        parts.append(spec)
-    return tuple(parts)
-
-
 def operator_identity(stage: Reduce | Scan):
     """The identity of the stage's operator: the one given (``identity=``), else the builtin's."""
     if stage.identity is not None:
@@ -51,12 +36,46 @@ def operator_identity(stage: Reduce | Scan):
     return spec.identity if spec is not None else None
 
 
-@functools.lru_cache(maxsize=256)
 def _laws(op: Function, identity, location) -> Laws:
-    parts = builtin_parts(op)
-    if parts is not None and identity == tuple(p.identity for p in parts):  # builtins per field: their own laws
-        return Laws(True, all(p.commutative for p in parts))
+    """The laws of a stage's operator with its identity: declared (tricomb's own), or checked (a builtin's
+    identity exactly, a user operator on the sample); once per operator, identity and location."""
+    return _cached_laws(op, identity_key(identity), identity, location)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_laws(op: Function, key, identity, location) -> Laws:
+    # key: identities equal as numbers (0, 0.0, False) are checked apart; identity itself is that value
     return declared_laws(op, identity) or check_laws(op, identity, location=location)
+
+
+def check_in_dtypes(stage: Reduce | Scan, dtypes: tuple[torch.dtype, ...]) -> None:
+    """What the values' dtypes decide, checked when the stage is planned for them (``dtypes``: the compute dtype of
+    each field the operator combines). An identity holds in some dtypes only (``-128`` is ``maximum``'s for int8,
+    ``finfo(float32).max`` is a minimum's for float32), and an operator that is associative on floats may not be on
+    wrapping integers: a given identity is checked in these dtypes (a builtin's exactly), and so is a user
+    operator combining integers or bools (``check_laws(..., dtypes=dtypes)``). An identity that is not a value of
+    its dtype is left to the plan's DTypeError, which says what fits. Raises :class:`LawError`."""
+    if stage.index or (stage.identity is not None and not all(
+            fits(e, d) for e, d in zip(identities(stage.identity), dtypes))):
+        return
+    spec = operator_spec(stage.op)
+    if (spec is not None and spec.identity is not None and stage.identity is None) or \
+            declared_laws(stage.op, stage.identity) is not None:
+        return
+    if stage.identity is None and all(d.is_floating_point for d in dtypes):
+        return  # what building the stage checked: float64 and float32
+    _cached_laws_in(stage.op, identity_key(stage.identity), stage.identity, tuple(dtypes), stage.location,
+                    isinstance(stage, Reduce))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_laws_in(op: Function, key, identity, dtypes: tuple[torch.dtype, ...], location, reduce: bool) -> None:
+    laws = check_laws(op, identity, location=location, dtypes=dtypes)
+    if reduce and not laws.commutative and _laws(op, identity, location).commutative:
+        shown = ", ".join(dict.fromkeys(str(d)[6:] for d in dtypes))
+        raise LawError(f"operator {op.name!r} commutes on floats but not on {shown} values, and a reduce whose "
+                       "operator commutes combines lanes in any order; reduce float values, or scan (a scan keeps "
+                       "the order of its operands) and take the last element", location)
 
 
 def _check_user_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
@@ -108,7 +127,7 @@ def _check_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
                          f"values; give an operator of {2 * width} arguments returning {width} values, or map to "
                          "one field first", stage.location)
     if stage.identity is not None:
-        _laws(stage.op, stage.identity, stage.location)  # a builtin given its own identity: it must be one
+        _laws(stage.op, stage.identity, stage.location)  # a builtin given an identity: it must be the builtin's own
     if stage.index:
         _check_index_stage(stage, spec, kind)
         return
@@ -162,9 +181,11 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
 
     Raises :class:`ArityError` for a function or operator whose argument count does not fit its stage (an
     operator on k-tuples takes 2k arguments and needs a k-field stream), :class:`LawError` for a user operator
-    that is not associative or whose identity is not one, and :class:`UnsupportedError` for what this version
-    cannot compile: a user operator without identity=, a non-commuting reduce operator, more than one reduce
-    or scan, or a reduce whose operator does not commute after a reversed scan.
+    that is not associative or whose identity is not one in any dtype, or a builtin given another identity than
+    its own (running the stage checks both again in its values' dtypes: :func:`check_in_dtypes`), and
+    :class:`UnsupportedError` for what this version cannot compile: a user operator without identity=, a
+    non-commuting reduce operator, more than one reduce or scan, or a reduce whose operator does not commute after
+    a reversed scan.
     """
     combines: list[Stage] = []
     widths = [0] + stream_widths(pipeline.stages)

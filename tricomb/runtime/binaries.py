@@ -15,6 +15,10 @@ and alignment; an integer's width, whether it is 1, whether 16 divides it), ever
 autotuner's configs when tuned, the GPU's compute capability, Triton's version and build, the environment
 variables Triton's own cache key names, and its debug and instrumentation switches. Anything else misses:
 Triton then compiles (or finds its own cache entry) as usual, and the launch is recorded again.
+
+A record is a folder of the disk cache (:mod:`.store`) holding the kernel's files and a sealed ``record.json``
+naming each file with its SHA-256; the seal binds the record to the digest it is kept under. Before a binary is
+handed to Triton, the seal and every file's hash are checked: a record that fails is removed and compiled again.
 """
 from __future__ import annotations
 
@@ -23,15 +27,13 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import types
 from pathlib import Path
 
 import torch
 import triton
 
-from .loader import cache_dir
+from . import store
 
 _LOG = logging.getLogger(__name__)
 _RECORD = "record.json"
@@ -81,69 +83,74 @@ def _digest(module, launcher, key) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _folder(digest: str) -> Path:
-    return cache_dir() / "binaries" / digest
-
-
 def adopt(module, launcher, key) -> bool:
     """Give ``launcher`` the kernel recorded for it, if any; True when it did. Never raises: a record that
-    cannot be read or loaded is removed, and the launcher left to Triton."""
-    folder = None
+    fails its checks or cannot be loaded is removed, and the launcher left to Triton."""
+    digest = None
     try:
         digest = _digest(module, launcher, key)
-        if digest is None or not (_folder(digest) / _RECORD).exists():
+        record = _verified(digest) if digest is not None else None
+        if record is None:
             return False
-        folder = _folder(digest)
-        compiled, chosen = _load(folder)
+        compiled = _load(store.store().path("binaries", digest), record)
         with torch.cuda.device(launcher.device):
             _ = compiled.run  # loads the binary now: a damaged one fails here, not in the launch
-        launcher.adopt(compiled, chosen)
+        launcher.adopt(compiled, record["chosen"])
         return launcher.compiled is compiled
-    except Exception as error:  # a damaged record: Triton compiles as usual, and the launch is recorded again
-        _LOG.debug("tricomb: kernel record %s not adopted: %r", folder, error)
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+    except Exception as error:  # a record Triton cannot load: Triton compiles as usual, and it is recorded again
+        _LOG.debug("tricomb: kernel record %s not adopted: %r", digest, error)
+        if digest is not None:
+            store.store().discard("binaries", digest, f"Triton could not load it ({type(error).__name__})")
         return False
 
 
-def _load(folder: Path):
+def _verified(digest: str) -> dict | None:
+    """The record kept under ``digest`` when its seal holds and every file it names matches its hash."""
+    kept = store.store()
+    content = kept.read_sealed("binaries", digest, _RECORD)
+    if content is None:
+        return None
+    record = json.loads(content)
+    for name, sha in record["files"].items():
+        data = kept.read("binaries", digest, name)
+        if data is None or hashlib.sha256(data).hexdigest() != sha:
+            kept.discard("binaries", digest, f"its file {name} does not match its hash")
+            return None
+    return record
+
+
+def _load(folder: Path, record: dict):
     from triton.compiler.compiler import CompiledKernel
 
-    record = json.loads((folder / _RECORD).read_text())
     source = types.SimpleNamespace(constants={}, signature=record["signature"])  # what Triton's launcher reads
     group = {name: str(folder / name) for name in record["files"]}
-    return CompiledKernel(source, group, record["hash"]), record["chosen"]
+    return CompiledKernel(source, group, record["hash"])
 
 
 def keep(module, launcher, key) -> None:
     """Record the kernel Triton compiled for ``launcher``'s first launch, unless it is recorded already.
-    Written once, through a temporary folder renamed into place; a read-only cache records nothing."""
+    Written whole, through a temporary folder renamed into place; a cache that is off records nothing."""
     compiled = launcher.compiled
     signature = getattr(getattr(compiled, "src", None), "signature", None)
-    if compiled is None or not isinstance(signature, dict):
+    if compiled is None or not isinstance(signature, dict) or not store.store().enabled:
         return
     try:
         digest = _digest(module, launcher, key)
-        if digest is None or _folder(digest).exists():
+        if digest is None or store.store().path("binaries", digest).exists():
             return
-        _write(_folder(digest), compiled, signature, launcher.chosen)
+        _write(digest, compiled, signature, launcher.chosen)
     except (OSError, TypeError, ValueError, AttributeError) as error:
         _LOG.debug("tricomb: kernel not recorded: %r", error)
 
 
-def _write(folder: Path, compiled, signature: dict, chosen) -> None:
-    """The kernel's metadata and binary files, and what loading them needs, under ``folder``."""
+def _write(digest: str, compiled, signature: dict, chosen) -> None:
+    """The kernel's metadata and binary files, and a sealed record of what loading them needs."""
     binary = {name for name, text in compiled.asm.items() if isinstance(text, bytes)}
-    files = {name: path for name, path in compiled.metadata_group.items()
+    paths = {name: path for name, path in compiled.metadata_group.items()
              if name == f"{compiled.name}.json" or name.rsplit(".", 1)[-1] in binary}
-    record = {"hash": compiled.hash, "signature": signature, "chosen": chosen, "files": sorted(files)}
-    text = json.dumps(record)  # before anything is written: a value JSON cannot hold writes nothing
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".tmp_"))
-    try:
-        for name, path in files.items():
-            shutil.copyfile(path, staging / name)
-        (staging / _RECORD).write_text(text)
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    files = {name: Path(path).read_bytes() for name, path in paths.items()}
+    record = {"hash": compiled.hash, "signature": signature, "chosen": chosen,
+              "files": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}}
+    text = json.dumps(record).encode()  # before anything is written: a value JSON cannot hold writes nothing
+    kept = store.store()
+    kept.write_folder("binaries", digest, {**files, _RECORD: kept.sealed("binaries", digest, text)})

@@ -6,19 +6,22 @@ calls the same pipeline on inputs of the same dtypes, shapes, strides, device an
 file here and skips binding, planning and emitting; Triton's own cache then holds the compiled kernel.
 
 An entry is named by a SHA-256 digest of everything that decides the module: tricomb's own source files,
-torch's and Triton's versions, the pipeline's IR (its ``repr``: stages, traced scalar functions, constants,
-axes), the inputs' :func:`~tricomb.runtime.launch.fast_key` and torch's default dtype. What cannot be named
-stably (an object's address in a ``repr``) only makes the digest differ: a miss, never a wrong module. A
+torch's and Triton's versions, the pipeline's IR (stages, traced scalar functions, constants, axes, as
+:func:`~tricomb.pipeline.key.ir_key` writes it, linear in the size of its expression DAGs), the inputs'
+:func:`~tricomb.runtime.launch.fast_key` and torch's default dtype. What cannot be named stably (an object's
+address) only makes the digest differ: a miss, never a wrong module. A
 pipeline calling a user ``@triton.jit`` function is never indexed: the numbers its globals and closures hold
 are copied into the module but named by nothing above.
-Entries are written atomically beside the modules, under ``$TRICOMB_CACHE_DIR/index``.
+
+An entry is sealed (:mod:`.store`): its name is that digest, and its seal binds the name to the content, so an
+entry moved to another pipeline's name, edited, or planted is refused. It names its module by name alone (a
+file of ``modules/``), with the module's full SHA-256, which the module must match before it runs.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
-import os
-import tempfile
+import json
 from pathlib import Path
 from types import ModuleType
 
@@ -26,8 +29,10 @@ import torch
 import triton
 
 from ..pipeline.ir import PipelineIR
+from ..pipeline.key import ir_key
 from ..scalar.ir import jit_functions
-from .loader import cache_dir, load_module, write_module
+from . import store
+from .loader import load_module, read_module, write_module
 
 
 def _indexable(pipeline: PipelineIR) -> bool:
@@ -50,14 +55,8 @@ def _digest(pipeline: PipelineIR, key) -> str:
     inputs, default = key
     layout = [(str(dtype), tuple(shape), tuple(stride), str(device), *rest) for dtype, shape, stride, device, *rest
               in inputs]
-    text = repr((_code(), torch.__version__, triton.__version__, repr(pipeline), layout, str(default)))
+    text = repr((_code(), torch.__version__, triton.__version__, ir_key(pipeline), layout, str(default)))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def _path(pipeline: PipelineIR, key):
-    folder = cache_dir() / "index"
-    folder.mkdir(exist_ok=True)
-    return folder / _digest(pipeline, key)
 
 
 def find(pipeline: PipelineIR, key) -> tuple[ModuleType, bool] | None:
@@ -65,27 +64,37 @@ def find(pipeline: PipelineIR, key) -> tuple[ModuleType, bool] | None:
     if not _indexable(pipeline):
         return None
     try:
-        path = _path(pipeline, key)
-        if not path.exists():
-            return None
-        name, mode = path.read_text().split()
-        source = (cache_dir() / name).read_text()
-    except (OSError, ValueError, RecursionError):  # unreadable, half-removed, or an IR too deep to name
+        digest = _digest(pipeline, key)
+    except RecursionError:  # an IR too deep to name: not indexed
+        return None
+    kept = store.store()
+    content = kept.read_sealed("index", digest)
+    if content is None:
+        return None
+    try:
+        entry = json.loads(content)
+        name, mode, sha = entry["module"], entry["mode"], entry["sha256"]
+        if entry["key"] != digest or mode not in ("interpreted", "compiled"):
+            raise ValueError("an entry for another key")
+    except (ValueError, KeyError, TypeError):
+        kept.discard("index", digest, "its content is not an index entry")
+        return None
+    source = read_module(name) if isinstance(name, str) else None
+    if source is None or hashlib.sha256(source.encode()).hexdigest() != sha:
         return None
     interpret = mode == "interpreted"
     return load_module(source, interpret), interpret
 
 
 def enter(pipeline: PipelineIR, key, source: str, interpret: bool) -> None:
-    """Record that ``source`` (already written by the loader) runs ``pipeline`` on inputs of ``key``."""
+    """Record that ``source`` runs ``pipeline`` on inputs of ``key`` (writing the module too if needed)."""
     if not _indexable(pipeline):
         return
     try:
-        name = write_module(source).name
-        path = _path(pipeline, key)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_")
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{name} {'interpreted' if interpret else 'compiled'}\n")
-        os.replace(tmp, path)
-    except (OSError, RecursionError):  # a read-only cache, or an IR too deep to name: not indexed
+        digest = _digest(pipeline, key)
+    except RecursionError:
         return
+    name = write_module(source)
+    entry = {"key": digest, "module": name, "mode": "interpreted" if interpret else "compiled",
+             "sha256": hashlib.sha256(source.encode()).hexdigest()}
+    store.store().write_sealed("index", digest, json.dumps(entry).encode())

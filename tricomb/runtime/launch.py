@@ -21,9 +21,11 @@ from ..lower.bind import Binding, bind
 from ..lower.fuse import KernelPlan, plan
 from ..errors import UnsupportedError, too_deeply_nested
 from ..pipeline.ir import PipelineIR
+from ..scalar.inline import globals_key
 from ..scalar.ir import jit_functions
 from . import binaries, index
-from .loader import load_module
+from .loader import SERIAL, load_module
+from .lru import LRU
 
 _OVERRIDES: contextvars.ContextVar[dict] = contextvars.ContextVar("tricomb_schedule_overrides", default={})
 
@@ -99,6 +101,8 @@ def fast_key(tensors: tuple) -> tuple | None:
     try:
         inputs = tuple((t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16, t.is_neg(), t.is_conj(),
                         t.requires_grad) for t in tensors)
+        if any(type(t).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__ for t in tensors):
+            return None  # a FakeTensor or a wrapper subclass: its data_ptr() reads 0 (the full path refuses it)
     except (AttributeError, RuntimeError, NotImplementedError, TypeError):  # sparse, nested, mkldnn, not tensors
         return None
     if any(requires_grad for *_, requires_grad in inputs) and torch.is_grad_enabled():
@@ -106,16 +110,46 @@ def fast_key(tensors: tuple) -> tuple | None:
     return inputs, torch.get_default_dtype()
 
 
+def new_cache() -> LRU:
+    """A pipeline's compiled entries and prepared launches: the 64 layouts used most recently."""
+    return LRU(64)
+
+
 def _quiet(start):
-    """For the interpreter: masked-off lanes of its numpy arrays compute log(0), 0/0, ...; nothing reads them. And
-    Triton 3.6's interpreter calls int() on 1-element arrays, which numpy 1.25 to 2.3 warn of (an error under
-    ``-W error``); its result is right."""
+    """For the interpreter: one launch at a time in the process (:data:`~.loader.SERIAL`). Masked-off lanes of
+    its numpy arrays compute log(0), 0/0, ...; nothing reads them. And Triton 3.6's interpreter calls int() on
+    1-element arrays, which numpy 1.25 to 2.3 warn of (an error under ``-W error``); its result is right."""
     def run(*tensors, out=None):
-        with numpy.errstate(all="ignore"), warnings.catch_warnings():
+        with SERIAL, numpy.errstate(all="ignore"), warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Conversion of an array with ndim > 0 to a scalar", DeprecationWarning)
             return start(*tensors, out=out)
     run.launcher = getattr(start, "launcher", None)
     return run
+
+
+_JIT_FUNCTIONS = "user @triton.jit functions"  # a pipeline cache's entry: the JitRefs its pipeline calls
+_GLOBALS = "user @triton.jit globals"  # and: (globals_key of those now, the cache for them)
+
+
+def _cache_for_globals(pipeline: PipelineIR, cache: dict) -> dict:
+    """The part of ``cache`` for what the pipeline's user ``@triton.jit`` functions read now from their globals
+    and closure cells (:func:`~tricomb.scalar.inline.globals_key`, recursively through the functions they call),
+    or ``cache`` itself for a pipeline that calls none. A changed global gets a new kernel, as in Triton (whose
+    interpreter reads globals at each call); the entries for earlier values are dropped."""
+    refs = cache.get(_JIT_FUNCTIONS)
+    if refs is None:
+        refs = tuple(dict.fromkeys(r for fn in pipeline.functions for r in jit_functions(fn)))
+        with SERIAL:
+            cache[_JIT_FUNCTIONS] = refs
+    if not refs:
+        return cache
+    key = globals_key(refs)
+    kept = cache.get(_GLOBALS)
+    if kept is None or kept[0] != key:
+        kept = (key, new_cache())
+        with SERIAL:
+            cache[_GLOBALS] = kept
+    return kept[1]
 
 
 def run(pipeline: PipelineIR, cache: dict, tensors: tuple, out: torch.Tensor | None) -> torch.Tensor:
@@ -125,13 +159,15 @@ def run(pipeline: PipelineIR, cache: dict, tensors: tuple, out: torch.Tensor | N
     prepared launch: no binding, planning or argument computation, one dictionary lookup. The first such call
     in a process finds the module in the disk index when an earlier process built it (:mod:`.index`), and its
     compiled kernel among those recorded (:mod:`.binaries`)."""
+    cache = _cache_for_globals(pipeline, cache)
     overrides = _OVERRIDES.get()
     key = fast_key(tensors) if out is None and not overrides else None
     prepared = cache.get(key) if key is not None else None
     if prepared is not None:
         return prepared(*tensors)
     try:
-        return _first_call(pipeline, cache, tensors, out, key, overrides)
+        with SERIAL:
+            return _first_call(pipeline, cache, tensors, out, key, overrides)
     except RecursionError:
         raise too_deeply_nested() from None
 
@@ -198,13 +234,15 @@ def _module(pipeline: PipelineIR, cache: dict, tensors: tuple, out, key) -> tupl
 
 def emit_source(pipeline: PipelineIR, tensors: tuple) -> str:
     """The emitted module for inputs like ``tensors``, without loading it."""
-    binding, _ = bind(pipeline, tensors)
-    return emit_module(plan(pipeline, binding))
+    with SERIAL:
+        binding, _ = bind(pipeline, tensors)
+        return emit_module(plan(pipeline, binding))
 
 
 def make_plan(pipeline: PipelineIR, tensors: tuple) -> KernelPlan:
-    binding, _ = bind(pipeline, tensors)
-    return plan(pipeline, binding)
+    with SERIAL:
+        binding, _ = bind(pipeline, tensors)
+        return plan(pipeline, binding)
 
 
-__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "make_plan", "run", "schedule_overrides"]
+__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "make_plan", "new_cache", "run", "schedule_overrides"]

@@ -1,19 +1,22 @@
-"""Writing an emitted module to the cache directory (atomically) and importing it.
+"""Loading an emitted module: kept in the disk cache under the hash of its source, run from memory.
 
-Triton reads a kernel's source from its file, so every module lives on disk: ``$TRICOMB_CACHE_DIR``, or
-``~/.cache/tricomb``. A module is named by the hash of its source and written once, through a temporary file
-and ``os.replace``, so concurrent processes never see half a file. Triton decides at decoration time whether a
-``@triton.jit`` function is interpreted, so one source is imported twice when needed: once with the
-interpreter on (for CPU tensors) and once with it off (for CUDA tensors).
+A module is always executed from the source tricomb holds in memory, never from what a file says: the text is
+compiled and run with the file's path as its name, and put in :mod:`linecache` under that path, so Triton (which
+reads a ``@triton.jit`` function's source through :mod:`inspect`) sees exactly that text. The file in the disk
+cache (:mod:`.store`, ``modules/``) is for people reading it and for later processes, which find it through
+the index and verify it against its hash before it runs.
+
+Triton decides at decoration time whether a ``@triton.jit`` function is interpreted, so one source is loaded
+twice when needed: with the interpreter on (for CPU tensors) and off (for CUDA tensors). The interpreter switch
+is process-wide, so loading holds :data:`SERIAL`.
 """
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import os
+import linecache
 import re
 import sys
-import tempfile
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -21,49 +24,82 @@ import numpy
 import triton
 
 from ..errors import DeviceError
-from . import tuning
+from . import store, tuning
+from .lru import LRU
 
-_LOADED: dict[tuple[str, bool], ModuleType] = {}
+SERIAL = threading.RLock()
+"""Held while tricomb builds or loads a kernel and while Triton's interpreter runs one. The interpreter swaps
+``triton.language``'s functions process-wide for the length of a launch, ``knobs.runtime.interpret`` is
+process-wide, and CPython 3.11's ``ast`` module checks its recursion depth in state that threads share: two
+threads doing any of these at once broke each other (``tests/test_threads.py``)."""
+
+_LOADED: LRU = LRU(256)  # (module name, interpreted) -> module
+_DIGITS = 32  # hex digits of a module's SHA-256 in its name
 
 
-def cache_dir() -> Path:
-    """Where emitted modules are written: ``$TRICOMB_CACHE_DIR`` or ``~/.cache/tricomb``."""
-    root = os.environ.get("TRICOMB_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tricomb")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def module_name(source: str) -> str:
+    """The name of the module ``source``: ``tricomb_`` and the first 128 bits of its SHA-256."""
+    return f"tricomb_{hashlib.sha256(source.encode()).hexdigest()[:_DIGITS]}"
 
 
-def write_module(source: str) -> Path:
-    """Write ``source`` under its hash in :func:`cache_dir` (once) and return the path."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-    path = cache_dir() / f"tricomb_{digest}.py"
-    if not path.exists():
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_", suffix=".py")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
-    return path
+def cache_dir() -> Path | None:
+    """Where emitted modules are kept (``modules/`` of the disk cache), or None while the disk cache is off."""
+    kept = store.store()
+    return kept.root / "modules" if kept.enabled else None
+
+
+def write_module(source: str) -> str:
+    """Keep ``source`` in the disk cache under its hash (rewriting a damaged copy) and return its name."""
+    name = module_name(source)
+    kept = store.store()
+    if kept.read_verified("modules", f"{name}.py", name[len("tricomb_"):]) is None:
+        kept.write("modules", f"{name}.py", source.encode())
+    return name
+
+
+def read_module(name: str) -> str | None:
+    """The source kept under ``name`` when it hashes to that name, else None (a damaged copy is removed)."""
+    if not re.fullmatch(rf"tricomb_[0-9a-f]{{{_DIGITS}}}", name):
+        return None
+    data = store.store().read_verified("modules", f"{name}.py", name[len("tricomb_"):])
+    try:
+        return data.decode() if data is not None else None
+    except UnicodeDecodeError:
+        return None
 
 
 def load_module(source: str, interpret: bool) -> ModuleType:
-    """Import the module ``source``, with Triton's interpreter on or off for its ``@triton.jit`` functions.
+    """The module ``source``, with Triton's interpreter on or off for its ``@triton.jit`` functions.
     Raises DeviceError, before anything runs, for the interpreter when it cannot run beside this numpy."""
     if interpret:
         require_interpreter()
-    path = write_module(source)
-    key = (path.stem, interpret)
-    if key in _LOADED:
-        return _LOADED[key]
-    name = f"{path.stem}_{'interpreted' if interpret else 'compiled'}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
+    with SERIAL:
+        name = write_module(source)
+        key = (name, interpret)
+        module = _LOADED.get(key)
+        if module is None:
+            module = _LOADED[key] = _execute(source, name, interpret)
+        return module
+
+
+def _execute(source: str, name: str, interpret: bool) -> ModuleType:
+    """Run ``source`` as a new module, its text registered in linecache under the path it is kept at."""
+    folder = cache_dir()
+    path = str(folder / f"{name}.py") if folder is not None else f"<tricomb module {name}>"
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)  # (no mtime: never re-read)
+    qualified = f"{name}_{'interpreted' if interpret else 'compiled'}"
+    module = ModuleType(qualified)
+    module.__file__ = path
+    code = compile(source, path, "exec", dont_inherit=True)
     with triton.knobs.runtime.scope():
         triton.knobs.runtime.interpret = interpret
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+        sys.modules[qualified] = module
+        try:
+            exec(code, module.__dict__)
+        except BaseException:
+            sys.modules.pop(qualified, None)
+            raise
     module.TUNING["reporters"] = tuning.REPORTERS  # the CLI's progress bar sees every kernel's tuning
-    _LOADED[key] = module
     return module
 
 

@@ -45,7 +45,9 @@ class OpSpec:
     forms name Triton's own combine functions (``tl.standard._sum_combine``, ...): on the GPU they compile
     like ``tl.sum``; Triton's interpreter recognises them and runs numpy's reduction instead of folding one
     element at a time in Python. (``tl.sum`` itself cannot be called from a module loaded with the
-    interpreter switched on after ``triton.language`` was imported.)
+    interpreter switched on after ``triton.language`` was imported.) ``by_number(c, dtype)``, where torch's
+    kernel for a Python number ``c`` as the last operand differs from its kernel for a tensor there, gives that
+    rendering and its helpers for the op's torch ``dtype`` (or None: the general one).
     """
 
     name: str
@@ -63,6 +65,7 @@ class OpSpec:
     tile_scan: str | None = None
     integer: str | None = None  # rendering for integer operands, where it differs (floor of an int is itself)
     integer_helpers: tuple[str, ...] = ()  # the helpers that rendering calls
+    by_number: Callable | None = None  # (number, dtype) -> (rendering, helpers) or None
 
 
 def _prod_over(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
@@ -235,6 +238,18 @@ def tc_gelu_tanh(x):
 def tc_pow(a, b):
     if TC_COMPILED:
         r = libdevice.pow(a, b)
+    else:
+        r = tc_pow_portable(a, b)
+    return r
+''', ("tc_compiled", "tc_pow_portable")),
+    "tc_pow_half": ('''
+@triton.jit
+def tc_pow_half(a, b, root):
+    # float16 a ** b for a number b of 0.5 or -0.5 (root: sqrt(a) or rsqrt(a)), as torch.pow: compiled (CUDA)
+    # the root, as for every float dtype; interpreted (CPU) C's pow, which torch's CPU float16 kernel calls for
+    # every exponent. They differ at -0.0 and -inf: pow(-0.0, 0.5) is 0.0, sqrt(-0.0) -0.0; pow(-inf, 0.5) inf
+    if TC_COMPILED:
+        r = root
     else:
         r = tc_pow_portable(a, b)
     return r
@@ -467,6 +482,21 @@ def _binary(name, torch_fn, triton, doc, helpers=(), **laws):
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
 
+
+def _pow_by_number(exponent, dtype: torch.dtype):
+    """``x ** exponent`` for a Python number ``exponent``, where torch.pow(tensor, number) is not C's pow: 0.5 and
+    -0.5 are sqrt and rsqrt (they differ from C's pow at -0.0 and -inf), except for float16 on the CPU, whose
+    kernel calls C's pow (:data:`tc_pow_half` picks by device). Other exponents: None (2 and 3, which torch
+    multiplies out, are squared and cubed when traced; at special values that is C's pow too). Torch's pow of a
+    tensor exponent is C's pow whatever its values."""
+    root = {0.5: "tl.sqrt({0})", -0.5: "tl.rsqrt({0})"}.get(exponent) if type(exponent) is float else None
+    if root is None or not dtype.is_floating_point:
+        return None
+    if dtype == torch.float16:
+        return f"tc_pow_half({{0}}, {{1}}, {root})", ("tc_pow_half",)
+    return root, ()
+
+
 _TABLE: list[OpSpec] = [
     OpSpec("abs", 1, torch.abs, "tl.abs({0})", "absolute value", integer="tc_abs_int({0})",
            integer_helpers=("tc_abs_int",)),
@@ -511,7 +541,7 @@ _TABLE: list[OpSpec] = [
             tile_reduce="tl.reduce({0}, {1}, tl.standard._prod_combine)",
             tile_scan="tl.associative_scan({0}, {1}, tl.standard._prod_combine)"),
     _binary("div", torch.div, "{0} / {1}", "true division a / b"),
-    _binary("pow", torch.pow, "tc_pow({0}, {1})", "a ** b", ("tc_pow",)),
+    OpSpec("pow", 2, torch.pow, "tc_pow({0}, {1})", "a ** b", ("tc_pow",), by_number=_pow_by_number),
     _binary("maximum", _tensor_args(torch.maximum), "tc_maximum({0}, {1})", "larger of a and b; NaN if either is NaN",
             ("tc_maximum",), associative=True, commutative=True, identity=-math.inf,
             reduce_ref=_nan_max, scan_ref=lambda x, d: torch.cummax(x, dim=d).values,

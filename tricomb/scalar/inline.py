@@ -1,23 +1,45 @@
 """Copying user ``@triton.jit`` functions into the emitted module, at the ``ast`` level.
 
-For each function: parse its source, find the names it reads from outside (globals and closure cells),
-resolve each to the object it names, and rewrite the reference: ``triton.language`` becomes ``tl``, another
-``@triton.jit`` function is copied too (recursively) under its emitted name, and a constant becomes a
-module-level ``tl.constexpr``. Anything else cannot live in a self-contained module and raises
-:class:`~tricomb.errors.InlineError`. The emitted module therefore never imports the user's module, which is
-what makes functions defined in ``__main__`` scripts work.
+For each function: parse its source and resolve every name in it by Python's own scoping rules
+(:class:`_Binder`, :class:`_Scope`): parameters of every kind, every assignment form, ``for``/``with``/
+``except`` targets, ``:=``, imports, ``match`` captures, nested ``def``, ``lambda`` and ``class`` scopes,
+comprehension scopes, ``global`` and ``nonlocal``. Only a name that is free in the function (a global, a
+closure cell or a Python builtin) is resolved to the object it names, and its reference rewritten:
+``triton.language`` becomes ``tl``, another ``@triton.jit`` function is copied too (recursively) under its
+emitted name, and a number becomes a module-level ``tl.constexpr``. Anything else cannot live in a
+self-contained module and raises :class:`~tricomb.errors.InlineError`. The emitted module therefore never
+imports the user's module, which is what makes functions defined in ``__main__`` scripts work.
+
+Hygiene: every function is parsed before any name is chosen, and each name the module gains is fresh with
+respect to the module's names and to every name written in every copied function; a local (of any scope)
+named like one of the two names the rewritten code reads that are not fresh (``tl``, ``triton``) is renamed,
+its bindings and uses alike. Python builtins a function reads are added to the module's taken names, so that
+nothing defines them there. A number is kept by its type and exact value (``1``, ``1.0`` and ``True`` differ,
+so do ``0.0`` and ``-0.0``) and written by tricomb (``float("inf")``, never a user object's ``repr``).
+
+:func:`globals_key` names what the functions read from outside themselves now, resolved the same way: the
+kernel caches include it, so a changed global gives a new kernel, as it does in Triton.
 """
 from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
+import functools
 import inspect
+import math
+import sys
 import textwrap
 import types
+import weakref
 from dataclasses import dataclass, field
+from typing import Iterable, NamedTuple
 
 from ..errors import InlineError, Location, UnsupportedError
 from .ir import JitRef
+from .literals import NotExact, number_literal, plain_number
+
+_MISSING = object()
 
 
 @dataclass
@@ -38,6 +60,12 @@ def _location(py_fn) -> Location:
     return Location(py_fn.__code__.co_filename, py_fn.__code__.co_firstlineno)
 
 
+def _line(py_fn, node: ast.AST) -> Location:
+    """Where ``node`` of ``py_fn``'s parsed source (which starts at its first decorator) is in its file."""
+    start = _location(py_fn)
+    return Location(start.file, start.line + getattr(node, "lineno", 1) - 1)
+
+
 def _parse(py_fn) -> ast.FunctionDef:
     try:
         source = textwrap.dedent(inspect.getsource(py_fn))
@@ -52,19 +80,274 @@ def _parse(py_fn) -> ast.FunctionDef:
     return node
 
 
-def _local_names(node: ast.FunctionDef) -> set[str]:
-    names = {a.arg for a in node.args.args + node.args.posonlyargs + node.args.kwonlyargs}
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
-            names.add(sub.id)
-    return names
+# --- Scopes: which binding each name written in a copied function means -------------------------------------
+
+@dataclass(eq=False)
+class _Scope:
+    """One Python scope of a copied function: the names it binds and those it declares global or nonlocal.
+
+    ``kind`` is ``"module"`` (where the copied ``def`` itself is evaluated: its defaults and annotations),
+    ``"function"`` (the def, a nested def or a lambda), ``"class"`` or ``"comprehension"``."""
+
+    kind: str
+    parent: _Scope | None = None
+    bound: set[str] = field(default_factory=set)
+    globals: set[str] = field(default_factory=set)
+    nonlocals: set[str] = field(default_factory=set)
+
+    def lookup(self, name: str) -> tuple[_Scope | None, bool]:
+        """The scope whose binding ``name`` means when written here, or None where it is free in the copied
+        function (a global, a closure cell or a builtin); and whether a ``global`` statement made it global."""
+        scope, own = self, True
+        while scope.kind != "module":
+            if scope.kind == "class" and not own:
+                pass  # a class body's names are not seen from the scopes inside it
+            elif name in scope.globals:
+                return None, True
+            elif name in scope.bound and name not in scope.nonlocals:
+                return scope, False
+            scope, own = scope.parent, False
+        return None, False
 
 
-def _free_value(py_fn, name: str):
-    """The object ``name`` refers to inside ``py_fn`` (closure cell, global, or Python builtin)."""
+@dataclass(eq=False)
+class _Occurrence:
+    """A name written in the source: ``node.<attr>``, or its ``index``-th entry (``global``/``nonlocal``)."""
+
+    node: ast.AST
+    attr: str
+    index: int | None
+    scope: _Scope  # the scope it is written in (for a := in a comprehension: the one it binds in)
+    binds: bool
+
+    @property
+    def key(self) -> tuple:
+        return id(self.node), self.attr, self.index
+
+    @property
+    def name(self) -> str:
+        value = getattr(self.node, self.attr)
+        if self.index is not None:
+            return value[self.index]
+        if isinstance(self.node, ast.alias) and self.attr == "name":
+            return value.split(".")[0]  # import a.b binds a
+        return value
+
+    def rename(self, new: str) -> bool:
+        """Write ``new`` in its place; False where no spelling binds it (``import a.b`` binds ``a`` only)."""
+        if self.index is not None:
+            getattr(self.node, self.attr)[self.index] = new
+        elif isinstance(self.node, ast.alias) and self.attr == "name":
+            if "." in self.node.name:
+                return False
+            self.node.asname = new
+        else:
+            setattr(self.node, self.attr, new)
+        return True
+
+
+def _parameters(args: ast.arguments) -> list[ast.arg]:
+    extra = [a for a in (args.vararg, args.kwarg) if a is not None]
+    return args.posonlyargs + args.args + args.kwonlyargs + extra
+
+
+class _Binder(ast.NodeVisitor):
+    """Records every name of a def with the scope it is written in, and what each scope binds: every binding
+    form of Python, with what a def, lambda, class or comprehension evaluates in the scope around it
+    (decorators, defaults, annotations, bases, the first iterable) visited there."""
+
+    def __init__(self):
+        self.scope = _Scope("module")
+        self.occurrences: list[_Occurrence] = []
+
+    def _record(self, node, attr: str, binds: bool, scope: _Scope | None = None, index: int | None = None):
+        occurrence = _Occurrence(node, attr, index, scope or self.scope, binds)
+        if binds:
+            occurrence.scope.bound.add(occurrence.name)
+        self.occurrences.append(occurrence)
+
+    @contextlib.contextmanager
+    def _inside(self, kind: str):
+        outer = self.scope
+        self.scope = _Scope(kind, outer)
+        try:
+            yield
+        finally:
+            self.scope = outer
+
+    def _visit_all(self, nodes) -> None:
+        for node in nodes:
+            if node is not None:
+                self.visit(node)
+
+    def top(self, node: ast.FunctionDef) -> None:
+        """The copied def: its own name is replaced by the emitted one, so only its parameters bind."""
+        self._visit_all(getattr(node, "type_params", []))
+        self._signature(node.args, node.returns)
+        self._body(node.args, node.body)
+
+    def _signature(self, args: ast.arguments, returns) -> None:
+        """What a def or lambda evaluates where it is written: defaults and annotations."""
+        self._visit_all(args.defaults + args.kw_defaults + [a.annotation for a in _parameters(args)] + [returns])
+
+    def _body(self, args: ast.arguments, body) -> None:
+        with self._inside("function"):
+            for arg in _parameters(args):
+                self._record(arg, "arg", binds=True)
+            self._visit_all(body if isinstance(body, list) else [body])
+
+    def visit_FunctionDef(self, node) -> None:
+        self._visit_all(node.decorator_list + getattr(node, "type_params", []))
+        self._signature(node.args, node.returns)
+        self._record(node, "name", binds=True)
+        self._body(node.args, node.body)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._signature(node.args, None)
+        self._body(node.args, node.body)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._visit_all(node.decorator_list + getattr(node, "type_params", []) + node.bases + node.keywords)
+        self._record(node, "name", binds=True)
+        with self._inside("class"):
+            self._visit_all(node.body)
+
+    def _comprehension(self, node, results: list) -> None:
+        first = node.generators[0]
+        self.visit(first.iter)  # evaluated where the comprehension is written
+        with self._inside("comprehension"):
+            for i, generator in enumerate(node.generators):
+                if i:
+                    self.visit(generator.iter)
+                self.visit(generator.target)
+                self._visit_all(generator.ifs)
+            self._visit_all(results)
+
+    def visit_ListComp(self, node) -> None:
+        self._comprehension(node, [node.elt])
+
+    visit_SetComp = visit_GeneratorExp = visit_ListComp
+
+    def visit_DictComp(self, node: ast.DictComp) -> None:
+        self._comprehension(node, [node.key, node.value])
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self.visit(node.value)
+        scope = self.scope
+        while scope.kind == "comprehension":  # := in a comprehension binds in the function around it
+            scope = scope.parent
+        self._record(node.target, "id", binds=True, scope=scope)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        self._record(node, "id", binds=not isinstance(node.ctx, ast.Load))  # (del makes a name local too)
+
+    def visit_Global(self, node: ast.Global) -> None:
+        self.scope.globals.update(node.names)
+        for i in range(len(node.names)):
+            self._record(node, "names", binds=False, index=i)
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        self.scope.nonlocals.update(node.names)
+        for i in range(len(node.names)):
+            self._record(node, "names", binds=False, index=i)
+
+    def visit_Import(self, node) -> None:
+        for alias in node.names:
+            self._record(alias, "asname" if alias.asname else "name", binds=True)
+
+    visit_ImportFrom = visit_Import
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        self._visit_all([node.type])
+        if node.name:
+            self._record(node, "name", binds=True)
+        self._visit_all(node.body)
+
+    def visit_MatchAs(self, node) -> None:
+        self._visit_all([node.pattern])
+        if node.name:
+            self._record(node, "name", binds=True)
+
+    def visit_MatchStar(self, node) -> None:
+        if node.name:
+            self._record(node, "name", binds=True)
+
+    def visit_MatchMapping(self, node) -> None:
+        self._visit_all(node.keys + node.patterns)
+        if node.rest:
+            self._record(node, "rest", binds=True)
+
+
+class _Analysis:
+    """The names of one copied def, each resolved by Python's scoping rules."""
+
+    def __init__(self, node: ast.FunctionDef):
+        binder = _Binder()
+        binder.top(node)
+        self.occurrences = binder.occurrences
+        self._resolved = {o.key: o.scope.lookup(o.name) for o in self.occurrences}
+
+    def resolution(self, occurrence: _Occurrence) -> tuple[_Scope | None, bool]:
+        """The scope whose binding ``occurrence`` means (None: free in the def), and whether declared global."""
+        return self._resolved[occurrence.key]
+
+    def free(self, node: ast.Name) -> tuple[bool, bool]:
+        """Whether the name ``node`` is free in the def, and whether a ``global`` statement declares it."""
+        scope, declared = self._resolved[(id(node), "id", None)]
+        return scope is None, declared
+
+    def values(self) -> set[str]:
+        """The names bound anywhere inside the def (its parameters and locals, and those of its inner scopes)."""
+        return {o.name for o in self.occurrences if o.binds}
+
+    def written(self) -> set[str]:
+        """Every name written in the def."""
+        return {o.name for o in self.occurrences}
+
+
+def _dotted(node: ast.expr) -> list[str] | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return [node.id] + parts[::-1]
+
+
+def _root(node: ast.expr) -> ast.Name:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node
+
+
+def _free_references(node: ast.AST, analysis: _Analysis):
+    """Each dotted name (``a``, ``a.b.c``, taken whole) whose first name is free in the def, in source order:
+    ``(its outermost node, its names, whether a global statement declares the first)``."""
+    for child in ast.iter_child_nodes(node):
+        chain = _dotted(child) if isinstance(child, (ast.Name, ast.Attribute)) else None
+        if chain is None:
+            yield from _free_references(child, analysis)
+        elif analysis.free(_root(child))[0] and isinstance(_root(child).ctx, ast.Load):
+            yield child, tuple(chain), analysis.free(_root(child))[1]
+
+
+# --- What a free name stands for -----------------------------------------------------------------------------
+
+def _free_value(py_fn, name: str, declared_global: bool = False):
+    """The object ``name`` refers to inside ``py_fn`` (closure cell, global, or Python builtin): ``(True,
+    value)``, or ``(False, None)`` for a Python builtin, left as written. Raises InlineError where it is
+    defined nowhere."""
     code = py_fn.__code__
-    if py_fn.__closure__ and name in code.co_freevars:
-        return True, py_fn.__closure__[code.co_freevars.index(name)].cell_contents
+    if not declared_global and py_fn.__closure__ and name in code.co_freevars:
+        try:
+            return True, py_fn.__closure__[code.co_freevars.index(name)].cell_contents
+        except ValueError:
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {name!r}, a variable of the function "
+                              "around it that has no value yet; assign it before the first call",
+                              _location(py_fn)) from None
     if name in py_fn.__globals__:
         return True, py_fn.__globals__[name]
     if hasattr(builtins, name):
@@ -73,182 +356,361 @@ def _free_value(py_fn, name: str):
                       _location(py_fn))
 
 
+def _dotted_name(text) -> bool:
+    return isinstance(text, str) and all(part.isidentifier() for part in text.split("."))
+
+
 def _is_triton_module(obj) -> bool:
-    return isinstance(obj, types.ModuleType) and obj.__name__.split(".")[0] == "triton"
+    """A triton module (its dotted name is written into the emitted imports, so it must be one)."""
+    return isinstance(obj, types.ModuleType) and _dotted_name(obj.__name__) and obj.__name__.split(".")[0] == "triton"
+
+
+@functools.cache
+def _jit_types() -> tuple[type, ...]:
+    """The classes of ``@triton.jit`` functions, compiled and interpreted (looked up once: the globals key reads
+    them at every call of a pipeline)."""
+    from triton.runtime.jit import JITFunction
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # pragma: no cover - older triton
+        return (JITFunction,)
+    return JITFunction, InterpretedFunction
+
+
+@functools.cache
+def _constexpr() -> type:
+    from triton.language import constexpr
+    return constexpr
+
+
+def _is_jit(value) -> bool:
+    return isinstance(value, _jit_types())
+
+
+def _is_library_jit(value) -> bool:
+    """A ``@triton.jit`` function of Triton's own library (``tl.sigmoid``, ``tl.sum``, ...)."""
+    if not _is_jit(value):
+        return False
+    module = getattr(value.fn, "__module__", "")
+    return _dotted_name(module) and _dotted_name(value.fn.__name__) and module.startswith("triton.language")
+
+
+class _Target(NamedTuple):
+    """What a free dotted name stands for: its first ``used`` names are replaced, by what ``kind`` says.
+
+    ``"builtin"``: a Python builtin, kept as written; ``"module"``: a triton module (``value``); ``"library"``:
+    Triton's own ``@triton.jit`` function; ``"jit"``: a user's, copied too; ``"number"``: a plain bool, int or
+    float, a module-level ``tl.constexpr``."""
+
+    kind: str
+    value: object
+    used: int
+
+
+def _target(py_fn, chain: tuple[str, ...], declared_global: bool) -> _Target:
+    """What the free dotted name ``chain`` of ``py_fn`` stands for now. Raises InlineError for a value that
+    cannot be copied into a self-contained module (and for a name or attribute that does not exist)."""
+    found, value = _free_value(py_fn, chain[0], declared_global)
+    if not found:
+        return _Target("builtin", None, 1)
+    used = 1
+    while isinstance(value, types.ModuleType) and not _is_triton_module(value) and used < len(chain):
+        value, used = getattr(value, chain[used], _MISSING), used + 1
+        if value is _MISSING:
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {'.'.join(chain[:used])}, which "
+                              "does not exist", _location(py_fn))
+    if _is_triton_module(value):
+        return _triton_target(py_fn, chain, used, value)
+    dotted = ".".join(chain[:used])
+    if isinstance(value, types.ModuleType):
+        raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses module {dotted!r} ({value.__name__}) "
+                          "other than through its @triton.jit functions or constants; only triton modules can be "
+                          "used inside a kernel", _location(py_fn))
+    if _is_library_jit(value):  # Triton's own, imported by name (from triton.language import sigmoid as sg)
+        return _Target("library", value, used)
+    if _is_jit(value):
+        return _Target("jit", value, used)
+    number = _number(py_fn, dotted, value)
+    if number is not None:
+        return _Target("number", number, used)
+    raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {dotted!r}, a {type(value).__name__}, "
+                      "which cannot be copied into a self-contained kernel module; make it a tl.constexpr "
+                      "number, a @triton.jit function, or an argument", _location(py_fn))
+
+
+def _triton_target(py_fn, chain: tuple[str, ...], used: int, module) -> _Target:
+    """``chain``, whose first ``used`` names are the triton module ``module``: Triton's own @triton.jit function
+    where the chain reaches one, else the module (the rest of the chain kept as written)."""
+    value = module
+    for i in range(used, len(chain)):
+        value = getattr(value, chain[i], _MISSING)
+        if value is _MISSING:
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {'.'.join(chain[:i + 1])}, which "
+                              f"{module.__name__} does not have", _location(py_fn))
+        if _is_library_jit(value):
+            return _Target("library", value, i + 1)
+    return _Target("module", module, used)
+
+
+def _number(py_fn, dotted: str, value) -> bool | int | float | None:
+    """The plain bool, int or float that a global or closure cell holds: a ``tl.constexpr``'s value, a numpy
+    scalar or an ``int``/``float`` subclass as the Python number it equals; None for anything else. Raises
+    InlineError for a number that no Python float equals exactly (a numpy ``longdouble``)."""
+    while isinstance(value, _constexpr()):
+        value = value.value
+    if type(value) in (bool, int, float):
+        return value
+    numpy = sys.modules.get("numpy")  # (a numpy scalar exists only once numpy is imported)
+    numeric = (bool, int, float) + ((numpy.bool_, numpy.integer, numpy.floating) if numpy is not None else ())
+    if not isinstance(value, numeric):
+        return None
+    try:
+        return plain_number(value)
+    except NotExact as exc:
+        raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {dotted!r}: {exc}; make it a float (or "
+                          "an int)", _location(py_fn)) from None
+
+
+def _number_key(number: bool | int | float) -> tuple:
+    """Equal for two numbers exactly when they are one value of one type: ``1``, ``1.0`` and ``True`` differ, so
+    do ``0.0`` and ``-0.0``; every NaN is one."""
+    if isinstance(number, float):
+        return float, "nan" if math.isnan(number) else float.hex(number)
+    return type(number), number
+
+
+# --- Copying ---------------------------------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class _Copy:
+    """One user function being copied: its tree, its names resolved, what each free dotted name stands for
+    (``(outermost node, names, target)``), and its emitted name."""
+
+    py_fn: object
+    node: ast.FunctionDef
+    analysis: _Analysis
+    references: list[tuple[ast.expr, tuple[str, ...], _Target]]
+    name: str = ""
+
+
+def _refuse_outside_writes(py_fn, node: ast.FunctionDef, analysis: _Analysis) -> None:
+    """A kernel cannot change a Python variable outside it (a global, a closure cell, a module's attribute)."""
+    for occurrence in analysis.occurrences:
+        scope, declared = analysis.resolution(occurrence)
+        if occurrence.binds and scope is None:
+            kind = "a global" if declared else "a variable outside the function"
+            verb = "deletes" if isinstance(getattr(occurrence.node, "ctx", None), ast.Del) else "assigns to"
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} {verb} {occurrence.name!r}, {kind}; a "
+                              "kernel cannot change Python variables. Use a local name (and return the value)",
+                              _line(py_fn, occurrence.node))
+    for outer, chain, _ in _free_references(node, analysis):
+        if not isinstance(outer.ctx, ast.Load):
+            raise InlineError(f"@triton.jit function {py_fn.__name__!r} assigns to {'.'.join(chain)}; a kernel "
+                              "cannot change Python variables. Use a local name (and return the value)",
+                              _line(py_fn, outer))
+
+
+class _Substitute(ast.NodeTransformer):
+    """Puts each free reference's replacement (keyed by the id of the node it replaces) in place, and drops
+    the global and nonlocal declarations of names that are no longer outside the function."""
+
+    def __init__(self, replacements: dict[int, ast.expr], analysis: _Analysis):
+        self.replacements, self.analysis = replacements, analysis
+
+    def visit(self, node):
+        replacement = self.replacements.get(id(node))
+        if replacement is not None:
+            return ast.copy_location(replacement, node)
+        return super().visit(node)
+
+    def visit_Global(self, node: ast.Global):
+        return ast.copy_location(ast.Pass(), node)  # each such name now reads a module-level name of its own
+
+    def visit_Nonlocal(self, node: ast.Nonlocal):
+        inner = [o for o in self.analysis.occurrences if o.node is node and self.analysis.resolution(o)[0]]
+        if not inner:
+            return ast.copy_location(ast.Pass(), node)
+        node.names = [o.name for o in inner]
+        return node
 
 
 class _Copier:
-    """Copies jit functions into one module's namespace; ``taken`` holds names already used there."""
+    """Copies jit functions into one module's namespace; ``taken`` holds names already used there.
+
+    All functions are found (parsed, checked, their free names resolved) before any name is chosen, so that
+    each new module-level name avoids every name written in any of them (:meth:`fresh`)."""
 
     def __init__(self, taken: set[str]):
         self.taken = taken
+        # the module-level names the rewritten code reads that are not fresh: a local named like one is renamed
+        self.reserved = {"tl", "triton"}
         self.code = InlinedCode()
-        self._constants: dict[tuple[str, object], str] = {}
-        self._locals: set[str] = set()  # the locals of the function being rewritten
-        self._copying: list[int] = []  # the functions being copied, each called by the one before it
-        self._path: list[str] = []  # their names
+        self._copies: dict[int, _Copy] = {}  # id(python function) -> its copy
+        self._found: list[_Copy] = []  # in the order found, callers first: names are given in this order
+        self._done: list[_Copy] = []  # callees before their callers: the order of the definitions
+        self._written: set[str] = set()  # every name written in a copied function (and every renamed local)
+        self._numbers: dict[tuple, str] = {}
+        self._library: dict[int, str] = {}
+        self._modules: dict[str, str] = {}
+        self._core: str | None = None
 
     def fresh(self, base: str) -> str:
-        """A module-level name for ``base``, used by nothing in the module nor as a local of the function being
-        copied."""
+        """A module-level name for ``base``, used by nothing in the module nor written in a copied function."""
         name, i = base, 1
-        while name in self.taken or name in self._locals:
+        while name in self.taken or name in self._written:
             name, i = f"{base}_{i}", i + 1
         self.taken.add(name)
         return name
 
-    def copy(self, jit_fn, top_level: bool = False) -> str:
+    def find(self, jit_fn, path: tuple = ()) -> _Copy:
+        """Parse, check and resolve ``jit_fn`` and every user @triton.jit function it reads (``path``: the
+        functions being found, each calling the next). Raises InlineError for what cannot be copied."""
         py_fn = _python_fn(jit_fn)
-        if id(py_fn) in self._copying:
-            chain = " -> ".join(self._path[self._copying.index(id(py_fn)):] + [py_fn.__name__])
+        if any(p is py_fn for p in path):
+            start = next(i for i, p in enumerate(path) if p is py_fn)
+            chain = " -> ".join([p.__name__ for p in path[start:]] + [py_fn.__name__])
             raise InlineError(f"@triton.jit function {py_fn.__name__!r} calls itself ({chain}); Triton inlines "
                               "every call, so the recursion would never end. Write it as a loop or a formula",
                               _location(py_fn))
-        if id(py_fn) in self.code.names:
-            return self.code.names[id(py_fn)]
-        name = self.fresh(f"user_{py_fn.__name__}")  # user_: no clash with kernel locals, helpers, combines
-        self.code.names[id(py_fn)] = name
+        if id(py_fn) in self._copies:
+            return self._copies[id(py_fn)]
         node = _parse(py_fn)
-        check_elementwise(node, py_fn)
-        self._copying.append(id(py_fn))
-        self._path.append(py_fn.__name__)
-        try:
-            self._rewrite(node, name, py_fn, top_level)
-        finally:
-            self._path.pop()
-            self._copying.pop()
-        return name
+        analysis = _Analysis(node)
+        check_elementwise(node, py_fn, analysis.values())
+        _refuse_outside_writes(py_fn, node, analysis)
+        free = list(_free_references(node, analysis))
+        _READS[py_fn] = (py_fn.__code__, _distinct_reads(free))
+        copy = _Copy(py_fn, node, analysis, [(outer, chain, _target(py_fn, chain, declared))
+                                             for outer, chain, declared in free])
+        self._copies[id(py_fn)] = copy
+        self._found.append(copy)
+        self._written |= analysis.written()
+        for _, _, target in copy.references:
+            if target.kind == "jit":
+                self.find(target.value, (*path, py_fn))
+        self._done.append(copy)
+        return copy
 
-    def _own_locals(self, node: ast.FunctionDef, py_fn) -> set[str]:
-        """Rename the locals and parameters of ``node`` that a name of the module already took (user_K for the
-        global K, say), and return its locals: the module names generated while it is rewritten avoid them."""
-        local = _local_names(node)
-        clashes = {n: n for n in local if n in self.taken}
-        for old in clashes:
-            new, i = f"{old}_local", 1
-            while new in self.taken or new in local:
-                new, i = f"{old}_local{i}", i + 1
-            clashes[old] = new
-        if clashes:
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.Name) and sub.id in clashes:
-                    sub.id = clashes[sub.id]
-                elif isinstance(sub, ast.arg) and sub.arg in clashes:
-                    sub.arg = clashes[sub.arg]
-        return _local_names(node)
+    def emit(self) -> InlinedCode:
+        """Name every function found, then rewrite and write each, callees first."""
+        for copy in self._found:
+            # named after the def in its source, an identifier (its __name__ can be any string); user_: no clash
+            # with kernel locals, helpers, combines
+            copy.name = self.fresh(f"user_{copy.node.name}")
+            self.code.names[id(copy.py_fn)] = copy.name
+        for copy in self._done:
+            self._write(copy)
+        return self.code
 
-    def _rewrite(self, node: ast.FunctionDef, name: str, py_fn, top_level: bool) -> None:
-        if top_level and any(isinstance(r.value, ast.Tuple) for r in ast.walk(node) if isinstance(r, ast.Return)):
-            raise UnsupportedError(f"@triton.jit function {py_fn.__name__!r} returns a tuple, which tricomb cannot "
-                                   "take apart; a @triton.jit function stands for one value. Return the fields "
-                                   "from a Python def or lambda instead (it may call @triton.jit functions for "
-                                   "each)", _location(py_fn))
-        node.name = name
-        outer, self._locals = self._locals, self._own_locals(node, py_fn)
-        try:
-            _Rewriter(self, py_fn, self._locals).visit(node)
-        finally:
-            self._locals = outer
+    def _write(self, copy: _Copy) -> None:
+        self._rename_locals(copy)
+        replacements = {}
+        for outer, chain, target in copy.references:
+            if target.kind == "builtin":
+                self.taken.add(chain[0])  # the module must define nothing of that name
+                continue
+            replaced = outer
+            for _ in range(len(chain) - target.used):
+                replaced = replaced.value
+            replacements[id(replaced)] = ast.Name(self._name_for(chain, target), ast.Load())
+        node = _Substitute(replacements, copy.analysis).visit(copy.node)
+        node.name = copy.name
         ast.fix_missing_locations(node)
         self.code.definitions.append("@triton.jit\n" + ast.unparse(node) + "\n")
 
-    def library(self, dotted: str, jit_fn) -> str:
+    def _rename_locals(self, copy: _Copy) -> None:
+        """Rename each local of ``copy`` (of any of its scopes) named ``tl`` or ``triton``, which its rewritten code
+        reads from the module, at its bindings and at every use of that binding. (Every other module-level name
+        it reads is fresh: no local has it.)"""
+        clashing = []
+        for occurrence in copy.analysis.occurrences:
+            scope, _ = copy.analysis.resolution(occurrence)
+            if scope is not None and occurrence.name in self.reserved:
+                clashing.append((occurrence, (id(scope), occurrence.name)))
+        new: dict[tuple, str] = {}
+        for occurrence, symbol in clashing:
+            if symbol not in new:
+                new[symbol] = self._fresh_local(symbol[1])
+            if not occurrence.rename(new[symbol]):
+                raise InlineError(f"@triton.jit function {copy.py_fn.__name__!r} imports {occurrence.node.name}, "
+                                  f"which binds {symbol[1]!r}, a name the kernel module needs; write "
+                                  f"import {occurrence.node.name} as another_name",
+                                  _line(copy.py_fn, occurrence.node))
+
+    def _fresh_local(self, base: str) -> str:
+        name, i = f"{base}_local", 1
+        while name in self.taken or name in self._written:
+            name, i = f"{base}_local{i}", i + 1
+        self._written.add(name)
+        return name
+
+    def _name_for(self, chain: tuple[str, ...], target: _Target) -> str:
+        """The module-level name that stands for ``target``, the first ``target.used`` names of ``chain``."""
+        if target.kind == "module":
+            return self._module(target.value)
+        if target.kind == "library":
+            return self._library_function(target.value)
+        if target.kind == "jit":
+            return self._copies[id(_python_fn(target.value))].name
+        return self._number(".".join(chain[:target.used]), target.value)
+
+    def _module(self, module) -> str:
+        import triton
+        import triton.language as tl
+        if module is tl:
+            return "tl"
+        if module is triton:
+            return "triton"
+        if module.__name__ not in self._modules:
+            alias = self.fresh(module.__name__.split(".")[-1])
+            self._modules[module.__name__] = alias
+            self.code.imports.append(f"import {module.__name__} as {alias}")
+        return self._modules[module.__name__]
+
+    def _library_function(self, jit_fn) -> str:
         """A module-level name for Triton's library function ``jit_fn``.
 
         Those functions were decorated when triton was imported, so under an interpreter switched on later they
-        cannot be called from interpreted code; the module re-decorates the same Python function then.
+        cannot be called from interpreted code; the module re-decorates the same Python function then. It is
+        named by its own module's path (never by the user's spelling, which names the user's imports).
         """
-        key = (dotted, id(jit_fn))
-        if key not in self._constants:
-            name = self.fresh("tl_" + dotted.split(".")[-1])
-            self._constants[key] = name
-            if not self._constants.get("core"):
+        if id(jit_fn) not in self._library:
+            module = jit_fn.fn.__module__
+            path = f"{module}.{jit_fn.fn.__name__}"
+            if self._core is None:
                 # Interpreting a library function patches triton.language.core without undoing it; with the
                 # module visible here, the interpreter patches it per launch and restores it afterwards.
-                self._constants["core"] = "tl_core"
+                self._core = self.fresh("tl_core")
                 self.code.constants.append("# Interpreting Triton's own functions patches triton.language.core; seen from this\n"
                                            "# module, the interpreter also restores it after each launch.\n"
-                                           "tl_core = tl.core")
-            self.code.constants.append(f"{name} = triton.jit({dotted}.fn) if triton.knobs.runtime.interpret "
-                                       f"else {dotted}  # Triton's own {dotted}")
-        return self._constants[key]
+                                           f"{self._core} = tl.core")
+            if module != "triton.language" and f"import {module}" not in self.code.imports:
+                self.code.imports.append(f"import {module}")
+            name = self.fresh("tl_" + jit_fn.fn.__name__)
+            self._library[id(jit_fn)] = name
+            self.code.constants.append(f"{name} = triton.jit({path}.fn) if triton.knobs.runtime.interpret "
+                                       f"else {path}  # Triton's own {path}")
+        return self._library[id(jit_fn)]
 
-    def reference(self, py_fn, dotted: str, value) -> ast.expr | None:
-        """The expression that replaces a reference to ``value``, or None to keep it as written."""
-        from .trace import is_jit_function
-        from triton.language import constexpr
-        import triton.language as tl
-        if value is tl:
-            return ast.Name("tl", ast.Load())
-        if _is_triton_module(value):
-            if value.__name__ == "triton":
-                return ast.Name("triton", ast.Load())
-            alias = self.fresh(value.__name__.split(".")[-1])
-            self.code.imports.append(f"import {value.__name__} as {alias}")
-            return ast.Name(alias, ast.Load())
-        if _is_library_jit(value):  # Triton's own, imported by name (from triton.language import sigmoid as sg)
-            path = f"{value.fn.__module__}.{value.fn.__name__}"
-            return ast.Name(self.library(path, value), ast.Load())
-        if is_jit_function(value):
-            return ast.Name(self.copy(value), ast.Load())
-        if isinstance(value, constexpr):
-            value = value.value
-        if isinstance(value, (bool, int, float)):
-            return ast.Name(self._constant(dotted, value), ast.Load())
-        if isinstance(value, types.ModuleType):
-            return None  # resolved attribute by attribute in _Rewriter.visit_Attribute
-        raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {dotted!r}, a {type(value).__name__}, "
-                          "which cannot be copied into a self-contained kernel module; make it a tl.constexpr "
-                          "number, a @triton.jit function, or an argument", _location(py_fn))
-
-    def _constant(self, dotted: str, value) -> str:
-        key = (dotted, value)
-        if key not in self._constants:
+    def _number(self, dotted: str, number) -> str:
+        """A module-level ``tl.constexpr`` holding ``number``, one per name and exact value."""
+        key = (dotted, *_number_key(number))
+        if key not in self._numbers:
             name = self.fresh("user_" + dotted.replace(".", "_"))
-            self._constants[key] = name
-            self.code.constants.append(f"{name} = tl.constexpr({value!r})")
-        return self._constants[key]
+            self._numbers[key] = name
+            self.code.constants.append(f"{name} = tl.constexpr({number_literal(number)})")
+        return self._numbers[key]
 
 
-class _Rewriter(ast.NodeTransformer):
-    def __init__(self, copier: _Copier, py_fn, local: set[str]):
-        self.copier, self.py_fn, self.local = copier, py_fn, local
+def _refuse_tuple_results(copy: _Copy) -> None:
+    if any(isinstance(r.value, ast.Tuple) for r in ast.walk(copy.node) if isinstance(r, ast.Return)):
+        py_fn = copy.py_fn
+        raise UnsupportedError(f"@triton.jit function {py_fn.__name__!r} returns a tuple, which tricomb cannot "
+                               "take apart; a @triton.jit function stands for one value. Return the fields "
+                               "from a Python def or lambda instead (it may call @triton.jit functions for "
+                               "each)", _location(py_fn))
 
-    def visit_Name(self, node: ast.Name):
-        if not isinstance(node.ctx, ast.Load) or node.id in self.local:
-            return node
-        found, value = _free_value(self.py_fn, node.id)
-        if not found:
-            return node
-        if isinstance(value, types.ModuleType) and not _is_triton_module(value):
-            raise InlineError(f"@triton.jit function {self.py_fn.__name__!r} uses module {node.id!r} "
-                              f"({value.__name__}) other than through its @triton.jit functions or constants; "
-                              "only triton modules can be used inside a kernel", _location(self.py_fn))
-        replacement = self.copier.reference(self.py_fn, node.id, value)
-        return ast.copy_location(replacement, node) if replacement is not None else node
 
-    def visit_Attribute(self, node: ast.Attribute):
-        chain = _dotted(node)
-        if chain is None or chain[0] in self.local:
-            return self.generic_visit(node)
-        found, base = _free_value(self.py_fn, chain[0])
-        if found and _is_triton_module(base):
-            library = _resolve_chain(base, chain[1:])
-            if library is None:
-                raise InlineError(f"@triton.jit function {self.py_fn.__name__!r} uses {'.'.join(chain)}, which "
-                                  f"{base.__name__} does not have", _location(self.py_fn))
-            if library is not None and _is_library_jit(library):
-                return ast.copy_location(ast.Name(self.copier.library(".".join(chain), library), ast.Load()), node)
-            return self.generic_visit(node)
-        if not found or not isinstance(base, types.ModuleType):
-            return self.generic_visit(node)
-        value = base
-        for part in chain[1:]:
-            value = getattr(value, part)
-            if not isinstance(value, types.ModuleType):
-                break
-        replacement = self.copier.reference(self.py_fn, ".".join(chain), value)
-        return ast.copy_location(replacement, node) if replacement is not None else node
 
 
 # Triton functions that work on a whole block (reductions, scans, shapes, memory, program ids): an element
@@ -337,13 +799,14 @@ def _python_on_values(sub, values, py_fn) -> str | None:
 _ELEMENTWISE_RULES = (_branches, _chained_comparison, _loop_by_value, _raises, _block_call, _python_on_values)
 
 
-def check_elementwise(node: ast.FunctionDef, py_fn) -> None:
+def check_elementwise(node: ast.FunctionDef, py_fn, values: set[str] | None = None) -> None:
     """Refuse what a ``@triton.jit`` element function cannot do (each rule above): branch on its values, or loop
     by them (the values are a block, and Triton's interpreter would take one branch for all of it), pass them to
     Python's ``min``, ``max``, ``bool``, ... (which see the block), call Triton's block functions (``tl.sum``
-    would fold the block, not the element), raise, or return nothing. Raises :class:`InlineError` at the
-    offending line."""
-    values = _local_names(node)
+    would fold the block, not the element), raise, or return nothing. ``values``: the names bound inside the
+    function (found from ``node`` when not given). Raises :class:`InlineError` at the offending line."""
+    if values is None:
+        values = _Analysis(node).values()
     for sub in ast.walk(node):
         for rule in _ELEMENTWISE_RULES:
             problem = rule(sub, values, py_fn)
@@ -354,43 +817,88 @@ def check_elementwise(node: ast.FunctionDef, py_fn) -> None:
                           _location(py_fn))
 
 
-def _line(py_fn, node: ast.AST) -> Location:
-    """Where ``node`` of ``py_fn``'s parsed source (which starts at its first decorator) is in its file."""
-    start = _location(py_fn)
-    return Location(start.file, start.line + getattr(node, "lineno", 1) - 1)
-
-
-def _resolve_chain(value, parts: list[str]):
-    for part in parts:
-        value = getattr(value, part, None)
-    return value
-
-
-def _is_library_jit(value) -> bool:
-    """A ``@triton.jit`` function of Triton's own library (``tl.sigmoid``, ``tl.sum``, ...)."""
-    from .trace import is_jit_function
-    return is_jit_function(value) and getattr(value.fn, "__module__", "").startswith("triton.language")
-
-
-def _dotted(node: ast.expr) -> list[str] | None:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return [node.id] + parts[::-1]
-
-
 def inline_jit_functions(refs: list[JitRef], taken: set[str]) -> InlinedCode:
     """Copy the functions ``refs`` (and every ``@triton.jit`` function they call) into one module.
 
-    ``taken`` is the set of names the module already uses; it is extended with every name added.
+    ``taken`` is the set of names the module already uses; it is extended with every name added (and with the
+    Python builtins the functions read, which the module must leave undefined).
     ``InlinedCode.names`` maps ``id(ref.fn.fn)`` to the emitted name of each function.
     Raises :class:`InlineError` when a function's source is unavailable or it reads a value that cannot be
-    copied.
+    copied, and :class:`UnsupportedError` for a function of ``refs`` that returns a tuple.
     """
     copier = _Copier(taken)
     for ref in refs:
-        copier.copy(ref.fn, top_level=True)
-    return copier.code
+        _refuse_tuple_results(copier.find(ref.fn))
+    return copier.emit()
+
+
+# --- The values the functions read, for the kernel caches ---------------------------------------------------
+
+# python function -> (its code, what it reads from outside itself: (dotted names, declared global) each once)
+_READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _distinct_reads(free) -> tuple:
+    return tuple(dict.fromkeys((chain, declared) for _, chain, declared in free))
+
+
+def _reads_outside(py_fn) -> tuple:
+    """What ``py_fn`` reads from outside itself (found once per code object)."""
+    kept = _READS.get(py_fn)
+    if kept is None or kept[0] is not py_fn.__code__:
+        node = _parse(py_fn)
+        kept = _READS[py_fn] = (py_fn.__code__, _distinct_reads(_free_references(node, _Analysis(node))))
+    return kept[1]
+
+
+class _Same:
+    """Equal to another only for the same object; holds it, so that no other object takes its id meanwhile."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
+def globals_key(refs: Iterable[JitRef]) -> tuple:
+    """A hashable key of what the user ``@triton.jit`` functions ``refs`` read from their globals and closure
+    cells now, resolved as the inliner resolves them, recursively through the functions they call: numbers by
+    type and exact value, functions and modules by identity. Equal keys mean the inliner copies the same
+    module; a changed global (or one that can no longer be copied) gives another key. Never raises for what
+    the inliner would refuse: that goes into the key, and copying raises it."""
+    seen: dict[int, tuple] = {}
+    return tuple(_function_key(ref.fn, seen) for ref in refs)
+
+
+def _function_key(jit_fn, seen: dict[int, tuple]) -> tuple:
+    py_fn = _python_fn(jit_fn)
+    if id(py_fn) in seen:
+        return seen[id(py_fn)]
+    seen[id(py_fn)] = ("calls itself", _Same(py_fn))  # what a cycle reads (the inliner refuses it)
+    try:
+        reads = _reads_outside(py_fn)
+    except (InlineError, SyntaxError) as exc:
+        key = ("refused", str(exc))
+    else:
+        key = (_Same(jit_fn), _Same(py_fn.__code__),
+               tuple(_read_key(py_fn, chain, declared, seen) for chain, declared in reads))
+    seen[id(py_fn)] = key
+    return key
+
+
+def _read_key(py_fn, chain: tuple[str, ...], declared_global: bool, seen: dict[int, tuple]) -> tuple:
+    try:
+        target = _target(py_fn, chain, declared_global)
+    except InlineError as exc:
+        return ("refused", exc.message)
+    if target.kind == "number":
+        return ("number", *_number_key(target.value))
+    if target.kind == "jit":
+        return ("jit", _function_key(target.value, seen))
+    return (target.kind, target.used, _Same(target.value))

@@ -13,6 +13,7 @@ import numbers
 from ..errors import ArgumentError, ArityError, Location, TraceError, TricombError, caller_location
 from .builtins import OPS, OpSpec
 from .ir import Arg, Call, Const, Expr, Function, JitCall, JitRef
+from .literals import NotExact, plain_number
 
 _BOOL_MESSAGE = ("a traced value was used as a Python bool (in if, and, or, not, while, a comparison chain, or "
                  "Python's min/max); the value is not known until the kernel runs. Use tc.where(cond, a, b), "
@@ -88,12 +89,16 @@ class Traced:
 
 
 def to_expr(value) -> Expr:
+    """``value`` as an expression: a :class:`Traced` value's own, or a Python number of any type as a
+    :class:`Const` of its plain value (:func:`plain_number`). Raises :class:`TraceError` for anything else."""
     if isinstance(value, Traced):
         return value.expr
-    if isinstance(value, bool) or isinstance(value, numbers.Integral):
-        return Const(int(value) if not isinstance(value, bool) else value)
-    if isinstance(value, numbers.Real):
-        return Const(float(value))
+    if isinstance(value, (bool, numbers.Real)):
+        try:
+            return Const(plain_number(value))
+        except NotExact as exc:
+            raise TraceError(f"a scalar function used {exc}; write the float (or int) you mean",
+                             caller_location()) from None
     if isinstance(value, (tuple, list)):
         raise TraceError(f"a scalar function used a {type(value).__name__} of {len(value)} where one value was "
                          "expected: a field is one number, and only a function's result may be a tuple of fields",
@@ -104,17 +109,14 @@ def to_expr(value) -> Expr:
 
 
 def power(base, exponent) -> "Traced":
-    """``base ** exponent`` as torch.pow: a number exponent of 2 or 3 is computed by multiplying and one of 0.5 or
-    -0.5 by sqrt or rsqrt, which differ from the general pow on -0.0 and -inf (sqrt(-inf) is NaN, C's
-    pow(-inf, 0.5) inf); a float exponent makes an integer base a float first, as torch's does."""
-    special = isinstance(exponent, numbers.Real) and not isinstance(exponent, bool) and \
-        float(exponent) in (2.0, 3.0, 0.5, -0.5) and isinstance(base, Traced)
-    if not special:
+    """``base ** exponent`` as torch.pow: a number exponent of 2 or 3 is computed by multiplying, as torch's
+    kernels do (a float one makes an integer base a float first, as torch's does). Any other exponent stays a
+    ``pow``; one of 0.5 or -0.5, a number, is rendered by the op table's ``by_number`` (sqrt or rsqrt, which
+    differ from C's pow at -0.0 and -inf, for every dtype torch takes them for)."""
+    value = to_expr(exponent).value if isinstance(exponent, numbers.Real) else None
+    if not (isinstance(base, Traced) and type(value) in (int, float) and value in (2.0, 3.0)):
         return _apply("pow", base, exponent)
-    value = float(exponent)
-    if value in (0.5, -0.5):
-        return _apply("sqrt" if value == 0.5 else "rsqrt", base)
-    base = base * 1.0 if not isinstance(exponent, numbers.Integral) else base
+    base = base * 1.0 if not isinstance(value, int) else base
     return _apply("square", base) if value == 2.0 else _apply("mul", _apply("square", base), base)
 
 
