@@ -138,7 +138,8 @@ def test_swapped_index_entries_are_refused_and_each_pipeline_runs_its_own_kernel
     _as_new_process()
     with pytest.warns(tc.CacheWarning, match="seal does not hold"):
         torch.testing.assert_close(_exp_sum()(X), X.exp().sum(), rtol=1e-5, atol=1e-5)
-    _right()
+    with pytest.warns(tc.CacheWarning, match="seal does not hold"):
+        _right()
 
 
 class _Payload:
@@ -359,10 +360,35 @@ def test_a_planted_module_does_not_run_in_a_new_process(tmp_path):
     assert not marker.exists()
 
 
-def test_a_size_limit_that_is_not_a_number_is_refused_before_anything_runs(cache, monkeypatch):
-    monkeypatch.setenv("TRICOMB_CACHE_MAX_MB", "1G")
-    with pytest.raises(tc.ArgumentError, match="TRICOMB_CACHE_MAX_MB='1G' must be a whole number of megabytes"):
+@pytest.mark.parametrize("limit", ["1G", "-5", "0.5", "\u00b2"])
+def test_a_size_limit_that_is_not_a_number_is_refused_before_anything_runs(cache, monkeypatch, limit):
+    monkeypatch.setenv("TRICOMB_CACHE_MAX_MB", limit)
+    with pytest.raises(tc.ArgumentError, match="TRICOMB_CACHE_MAX_MB=.* must be a whole number of mebibytes"):
         _pipe()(X)
     assert not cache.exists()
     monkeypatch.setenv("TRICOMB_CACHE_MAX_MB", "64")
     _right()
+
+
+def test_a_cache_directory_under_home_is_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TRICOMB_CACHE_DIR", "~/tc")
+    monkeypatch.chdir(tmp_path)
+    try:
+        assert store.requested_dir() == tmp_path / "tc"
+    finally:
+        monkeypatch.delenv("TRICOMB_CACHE_DIR")
+
+
+def test_clear_removes_an_older_layout_and_refuses_a_cache_not_in_use(cache, tmp_path, monkeypatch):
+    from tricomb.cli import main
+    _right()
+    legacy = [cache / "tricomb_0123abcd.py", cache / "grammar-lark1.2.2.cache"]
+    for path in legacy:
+        path.write_text("old")
+    assert main(["cache", "clear"]) == 0
+    assert not any(p.exists() for p in legacy) and (cache / "key").exists()
+    os.chmod(cache, 0o777)
+    _as_new_process()
+    with pytest.warns(tc.CacheWarning):
+        assert main(["cache", "clear"]) == 2

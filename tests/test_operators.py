@@ -543,3 +543,25 @@ def test_the_law_check_takes_milliseconds():
         start = time.process_time()
         tc.check_laws(op, identity)
         assert time.process_time() - start < 1.0
+
+
+def test_a_changed_global_of_a_jit_operator_is_checked_again():
+    """The law check's verdict is kept per value of the globals the operator reads: with CAP infinite the
+    operator is an add; capped at 1e6 it saturates, which tiling would make wrong."""
+    from scripts import jit_laws
+    x = torch.full((64,), 4e5)
+    pipe = tc.reduce(jit_laws.capped_add, identity=0.0)
+    try:
+        torch.testing.assert_close(pipe(x), x.sum())
+        jit_laws.CAP = 1e6
+        with pytest.raises(tc.LawError):
+            pipe(x)
+    finally:
+        jit_laws.CAP = float("inf")
+
+
+@pytest.mark.parametrize("op", [tc.add, lambda a, b: a * b + a + b])
+@pytest.mark.parametrize("samples", [torch.empty(0), [1.0, 2.0]])
+def test_samples_that_are_not_a_sample_are_refused_for_every_operator(op, samples):
+    with pytest.raises(tc.ArgumentError, match="samples="):
+        tc.check_laws(op, 0.0, samples=samples)

@@ -375,7 +375,10 @@ def main(argv: list[str] | None = None) -> int:
 def _cache(args) -> int:
     from .commands import cache
     if args.action == "clear":
-        print(cache.clear())
+        cleared, line = cache.clear()
+        if not cleared:
+            raise UsageError(line)
+        print(line)
         return 0
     table = _table("tricomb cache", show_header=False)
     for what, value in cache.info():

@@ -33,16 +33,16 @@ def info() -> list[tuple[str, str]]:
     return rows
 
 
-def clear() -> str:
-    """Remove every entry of the disk cache; a line saying what was freed. Raises OSError's text as a
-    message when the cache is not in use."""
+def clear() -> tuple[bool, str]:
+    """Remove every entry of the disk cache: whether it could be, and a line saying what was freed or why not."""
     kept = store.store()
     if kept.state != "private":
-        return f"nothing cleared: the disk cache {store.requested_dir()} is {_STATES[kept.state]}" + (
-            f" ({kept.reason})" if kept.reason else "")
+        return False, (f"nothing cleared: the disk cache {store.requested_dir()} is {_STATES[kept.state]}"
+                       + (f" ({kept.reason})" if kept.reason else "") + "; fix that (the warning says how) or remove "
+                       "the directory yourself")
     count = len(kept.entries())
     freed = kept.clear()
-    return f"removed {count} entries ({_size(freed)}) from {kept.root}"
+    return True, f"removed {count} entries ({_size(freed)}) from {kept.root}"
 
 
 def _size(count: int) -> str:

@@ -388,8 +388,9 @@ def _check_one_out(out, field: Field, tensors: tuple, name: str) -> None:
         raise DeviceError(f"{name} is on {out.device} but the inputs are on {tensors[0].device}; allocate it there")
     shared = [i for i, t in enumerate(tensors) if overlap(out, t)]
     if shared:
-        raise AliasError(f"{name} lies in the storage of an input (its memory overlaps input {shared[0]}'s); tricomb "
-                         "never writes where it reads. Pass a tensor of its own memory")
+        raise AliasError(f"{name} and input {shared[0]} span overlapping memory (tricomb compares the span from each "
+                         "tensor's first to its last element, so views that interleave without sharing an element "
+                         "count too); tricomb never writes where it reads. Pass a tensor of its own memory")
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride())):
         raise ShapeError(f"{name} has a zero stride (an expanded tensor), so elements would overwrite each other; "
                          "pass a tensor that owns one slot per element")

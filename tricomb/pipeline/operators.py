@@ -281,6 +281,8 @@ def check_laws(op, identity=None, name: str | None = None, location=None, *, dty
     dtypes = _dtypes_argument(dtypes, width, location)
     parts = builtin_parts(fn)
     if parts is not None:
+        if samples is not None:  # (a builtin's laws are known; its samples are still checked to be samples)
+            _user_sample(samples, dtypes, width, location, torch.Generator())
         if identity is not None:
             _check_fit(identity, dtypes, location)
             _check_builtin_identity(parts, identity, dtypes, name, location)

@@ -11,7 +11,8 @@ import torch
 
 from ..errors import ArityError, AxisError, DTypeError, LawError, UnsupportedError
 from ..scalar.builtins import OPS, OpSpec
-from ..scalar.ir import Arg, Call, Function, JitCall
+from ..scalar.inline import globals_key
+from ..scalar.ir import Arg, Call, Function, JitCall, jit_functions
 from .operators import Laws, check_laws, declared_laws, fits, identities, identity_key
 from .operators import builtin_parts  # noqa: F401 (read here by the passes and the torch meaning)
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
@@ -38,13 +39,19 @@ def operator_identity(stage: Reduce | Scan):
 
 def _laws(op: Function, identity, location) -> Laws:
     """The laws of a stage's operator with its identity: declared (tricomb's own), or checked (a builtin's
-    identity exactly, a user operator on the sample); once per operator, identity and location."""
-    return _cached_laws(op, identity_key(identity), identity, location)
+    identity exactly, a user operator on the sample); once per operator, identity, location and values of the
+    globals its ``@triton.jit`` functions read."""
+    return _cached_laws(op, _law_key(op, identity), identity, location)
+
+
+def _law_key(op: Function, identity) -> tuple:
+    """What a law check depends on beyond the operator's IR: the identity by type (``0``, ``0.0`` and ``False``
+    are checked apart) and what its ``@triton.jit`` functions read now (a changed global is checked again)."""
+    return identity_key(identity), globals_key(jit_functions(op))
 
 
 @functools.lru_cache(maxsize=256)
 def _cached_laws(op: Function, key, identity, location) -> Laws:
-    # key: identities equal as numbers (0, 0.0, False) are checked apart; identity itself is that value
     return declared_laws(op, identity) or check_laws(op, identity, location=location)
 
 
@@ -63,8 +70,9 @@ def check_in_dtypes(stage: Reduce | Scan, dtypes: tuple[torch.dtype, ...]) -> No
             declared_laws(stage.op, stage.identity) is not None:
         return
     if stage.identity is None and all(d.is_floating_point for d in dtypes):
-        return  # what building the stage checked: float64 and float32
-    _cached_laws_in(stage.op, identity_key(stage.identity), stage.identity, tuple(dtypes), stage.location,
+        _laws(stage.op, None, stage.location)  # what building the stage checked (again if a global changed)
+        return
+    _cached_laws_in(stage.op, _law_key(stage.op, stage.identity), stage.identity, tuple(dtypes), stage.location,
                     isinstance(stage, Reduce))
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from ..errors import ArgumentError, CacheWarning
 
 KINDS = ("modules", "index", "binaries", "grammar")
+_LEGACY = re.compile(r"tricomb_[0-9a-f]+\.py|grammar-lark.*\.cache|\.tmp_.*")  # an older layout's files
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # an entry's name: no separator, no "..", no dotfile
 _SEAL = b"tricomb-seal-v1 "
 _KEY_BYTES = 32
@@ -91,9 +92,9 @@ def max_bytes() -> int:
     text = os.environ.get("TRICOMB_CACHE_MAX_MB", "").strip()
     if not text:
         return _DEFAULT_MAX_MB << 20
-    if not text.isdigit():
-        raise ArgumentError(f"TRICOMB_CACHE_MAX_MB={text!r} must be a whole number of megabytes (the disk cache's "
-                            f"size limit; default {_DEFAULT_MAX_MB})")
+    if not (text.isascii() and text.isdigit()):
+        raise ArgumentError(f"TRICOMB_CACHE_MAX_MB={text!r} must be a whole number of mebibytes, 0 or more (the disk "
+                            f"cache's size limit; default {_DEFAULT_MAX_MB}; 0 keeps nothing on disk)")
     return int(text) << 20
 
 
@@ -315,11 +316,16 @@ class Store:
         return used
 
     def clear(self) -> int:
-        """Remove every entry (the key stays, for processes still running); the bytes freed."""
+        """Remove every entry, and the files an older tricomb kept at the top of the directory (the key stays,
+        for processes still running); the bytes freed."""
         freed = 0
         for kind, name, size, _ in self.entries():
             _remove(self.root / kind / name)
             freed += size
+        for path in self.root.iterdir():
+            if _LEGACY.fullmatch(path.name) and not path.is_symlink() and path.is_file():
+                freed += path.stat().st_size
+                _remove(path)
         self._used = 0
         return freed
 
@@ -405,9 +411,9 @@ _STORES: dict[str, Store] = {}
 
 
 def requested_dir() -> Path:
-    """The directory asked for: ``$TRICOMB_CACHE_DIR``, or ``~/.cache/tricomb``."""
-    root = os.environ.get("TRICOMB_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tricomb")
-    return Path(os.path.abspath(root))
+    """The directory asked for: ``$TRICOMB_CACHE_DIR`` (``~`` expanded), or ``~/.cache/tricomb``."""
+    root = os.environ.get("TRICOMB_CACHE_DIR") or os.path.join("~", ".cache", "tricomb")
+    return Path(os.path.abspath(os.path.expanduser(root)))
 
 
 def store() -> Store:
@@ -434,7 +440,7 @@ def _open(requested: Path) -> Store:
         reason = problem[len("untrusted: "):]
         warn_once(f"tricomb: not using the cache directory {requested}: {reason}; this process uses its own "
                   f"private directory {fallback} (removed at exit). Set TRICOMB_CACHE_DIR to a directory only you "
-                  "can write, or fix the owner and mode (chmod 700)")
+                  f"can write, or make {requested} yours alone (chmod 700 it, and chmod 600 its key), or remove it")
         return Store(fallback, "fallback", reason, key=secrets.token_bytes(_KEY_BYTES))
     warn_once(f"tricomb: the disk cache {requested} is off for this process: {problem}; everything still works, "
               "but kernels are built again in every new process")

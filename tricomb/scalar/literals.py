@@ -18,7 +18,7 @@ class NotExact(ValueError):
     """A real number that no Python ``int`` or ``float`` equals exactly (``Fraction(1, 3)``, a long double)."""
 
     def __init__(self, value, nearest: float):
-        super().__init__(f"{value!r} is not exactly any Python float (the nearest is {nearest!r})")
+        super().__init__(f"{value!r}, which no Python float equals exactly (the nearest is {nearest!r})")
         self.nearest = nearest
 
 

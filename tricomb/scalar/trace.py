@@ -93,7 +93,7 @@ def to_expr(value) -> Expr:
     :class:`Const` of its plain value (:func:`plain_number`). Raises :class:`TraceError` for anything else."""
     if isinstance(value, Traced):
         return value.expr
-    if isinstance(value, (bool, numbers.Real)):
+    if isinstance(value, (bool, numbers.Real)) or type(value).__name__ == "bool_":  # (numpy's bool is no Real)
         try:
             return Const(plain_number(value))
         except NotExact as exc:
