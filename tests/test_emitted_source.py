@@ -73,7 +73,7 @@ class Small(enum.IntEnum):
 # (hostile, the plain value Python's arithmetic sees in it)
 CONSTANTS = [(HostileInt(3), 3), (Small.THREE, 3), (np.int64(3), 3), (np.int8(-3), -3), (HostileFloat(2.5), 2.5),
              (np.float64(0.1), 0.1), (np.float32(0.1), float(np.float32(0.1))), (HostileFloat(math.inf), math.inf),
-             (np.float64(math.nan), math.nan), (HostileFloat(-0.0), -0.0), (True, True)]
+             (np.float64(math.nan), math.nan), (HostileFloat(-0.0), -0.0), (True, True), (np.True_, True)]
 IDENTITIES = [(HostileInt(0), 0), (Small.ZERO, 0), (np.int64(0), 0), (HostileFloat(0.0), 0.0),
               (np.float32(0.0), 0.0), (np.float64(0.0), 0.0)]
 

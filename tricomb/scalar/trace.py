@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import numbers
+import sys
 
 from ..errors import ArgumentError, ArityError, Location, TraceError, TricombError, caller_location
 from .builtins import OPS, OpSpec
@@ -93,7 +94,8 @@ def to_expr(value) -> Expr:
     :class:`Const` of its plain value (:func:`plain_number`). Raises :class:`TraceError` for anything else."""
     if isinstance(value, Traced):
         return value.expr
-    if isinstance(value, (bool, numbers.Real)) or type(value).__name__ == "bool_":  # (numpy's bool is no Real)
+    numpy = sys.modules.get("numpy")  # (numpy's bool is not a numbers.Real; it exists once numpy is imported)
+    if isinstance(value, (bool, numbers.Real)) or numpy is not None and isinstance(value, numpy.bool_):
         try:
             return Const(plain_number(value))
         except NotExact as exc:
