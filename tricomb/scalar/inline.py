@@ -1,7 +1,7 @@
 """Copying user ``@triton.jit`` functions into the emitted module, at the ``ast`` level.
 
 For each function: parse its source and resolve every name in it by Python's own scoping rules
-(:class:`_Binder`, :class:`_Scope`): parameters of every kind, every assignment form, ``for``/``with``/
+(:mod:`tricomb.scalar.scopes`): parameters of every kind, every assignment form, ``for``/``with``/
 ``except`` targets, ``:=``, imports, ``match`` captures, nested ``def``, ``lambda`` and ``class`` scopes,
 comprehension scopes, ``global`` and ``nonlocal``. Only a name that is free in the function (a global, a
 closure cell or a Python builtin) is resolved to the object it names, and its reference rewritten:
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
 import functools
 import inspect
 import math
@@ -38,6 +37,7 @@ from typing import Iterable, NamedTuple
 from ..errors import InlineError, Location, UnsupportedError
 from .ir import JitRef
 from .literals import NotExact, number_literal, plain_number
+from .scopes import Analysis, dotted, free_references
 
 _MISSING = object()
 
@@ -78,260 +78,6 @@ def _parse(py_fn) -> ast.FunctionDef:
         raise InlineError(f"could not find the def of {py_fn.__name__!r} in its source", _location(py_fn))
     node.decorator_list = []
     return node
-
-
-# --- Scopes: which binding each name written in a copied function means -------------------------------------
-
-@dataclass(eq=False)
-class _Scope:
-    """One Python scope of a copied function: the names it binds and those it declares global or nonlocal.
-
-    ``kind`` is ``"module"`` (where the copied ``def`` itself is evaluated: its defaults and annotations),
-    ``"function"`` (the def, a nested def or a lambda), ``"class"`` or ``"comprehension"``."""
-
-    kind: str
-    parent: _Scope | None = None
-    bound: set[str] = field(default_factory=set)
-    globals: set[str] = field(default_factory=set)
-    nonlocals: set[str] = field(default_factory=set)
-
-    def lookup(self, name: str) -> tuple[_Scope | None, bool]:
-        """The scope whose binding ``name`` means when written here, or None where it is free in the copied
-        function (a global, a closure cell or a builtin); and whether a ``global`` statement made it global."""
-        scope, own = self, True
-        while scope.kind != "module":
-            if scope.kind == "class" and not own:
-                pass  # a class body's names are not seen from the scopes inside it
-            elif name in scope.globals:
-                return None, True
-            elif name in scope.bound and name not in scope.nonlocals:
-                return scope, False
-            scope, own = scope.parent, False
-        return None, False
-
-
-@dataclass(eq=False)
-class _Occurrence:
-    """A name written in the source: ``node.<attr>``, or its ``index``-th entry (``global``/``nonlocal``)."""
-
-    node: ast.AST
-    attr: str
-    index: int | None
-    scope: _Scope  # the scope it is written in (for a := in a comprehension: the one it binds in)
-    binds: bool
-
-    @property
-    def key(self) -> tuple:
-        return id(self.node), self.attr, self.index
-
-    @property
-    def name(self) -> str:
-        value = getattr(self.node, self.attr)
-        if self.index is not None:
-            return value[self.index]
-        if isinstance(self.node, ast.alias) and self.attr == "name":
-            return value.split(".")[0]  # import a.b binds a
-        return value
-
-    def rename(self, new: str) -> bool:
-        """Write ``new`` in its place; False where no spelling binds it (``import a.b`` binds ``a`` only)."""
-        if self.index is not None:
-            getattr(self.node, self.attr)[self.index] = new
-        elif isinstance(self.node, ast.alias) and self.attr == "name":
-            if "." in self.node.name:
-                return False
-            self.node.asname = new
-        else:
-            setattr(self.node, self.attr, new)
-        return True
-
-
-def _parameters(args: ast.arguments) -> list[ast.arg]:
-    extra = [a for a in (args.vararg, args.kwarg) if a is not None]
-    return args.posonlyargs + args.args + args.kwonlyargs + extra
-
-
-class _Binder(ast.NodeVisitor):
-    """Records every name of a def with the scope it is written in, and what each scope binds: every binding
-    form of Python, with what a def, lambda, class or comprehension evaluates in the scope around it
-    (decorators, defaults, annotations, bases, the first iterable) visited there."""
-
-    def __init__(self):
-        self.scope = _Scope("module")
-        self.occurrences: list[_Occurrence] = []
-
-    def _record(self, node, attr: str, binds: bool, scope: _Scope | None = None, index: int | None = None):
-        occurrence = _Occurrence(node, attr, index, scope or self.scope, binds)
-        if binds:
-            occurrence.scope.bound.add(occurrence.name)
-        self.occurrences.append(occurrence)
-
-    @contextlib.contextmanager
-    def _inside(self, kind: str):
-        outer = self.scope
-        self.scope = _Scope(kind, outer)
-        try:
-            yield
-        finally:
-            self.scope = outer
-
-    def _visit_all(self, nodes) -> None:
-        for node in nodes:
-            if node is not None:
-                self.visit(node)
-
-    def top(self, node: ast.FunctionDef) -> None:
-        """The copied def: its own name is replaced by the emitted one, so only its parameters bind."""
-        self._visit_all(getattr(node, "type_params", []))
-        self._signature(node.args, node.returns)
-        self._body(node.args, node.body)
-
-    def _signature(self, args: ast.arguments, returns) -> None:
-        """What a def or lambda evaluates where it is written: defaults and annotations."""
-        self._visit_all(args.defaults + args.kw_defaults + [a.annotation for a in _parameters(args)] + [returns])
-
-    def _body(self, args: ast.arguments, body) -> None:
-        with self._inside("function"):
-            for arg in _parameters(args):
-                self._record(arg, "arg", binds=True)
-            self._visit_all(body if isinstance(body, list) else [body])
-
-    def visit_FunctionDef(self, node) -> None:
-        self._visit_all(node.decorator_list + getattr(node, "type_params", []))
-        self._signature(node.args, node.returns)
-        self._record(node, "name", binds=True)
-        self._body(node.args, node.body)
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def visit_Lambda(self, node: ast.Lambda) -> None:
-        self._signature(node.args, None)
-        self._body(node.args, node.body)
-
-    def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        self._visit_all(node.decorator_list + getattr(node, "type_params", []) + node.bases + node.keywords)
-        self._record(node, "name", binds=True)
-        with self._inside("class"):
-            self._visit_all(node.body)
-
-    def _comprehension(self, node, results: list) -> None:
-        first = node.generators[0]
-        self.visit(first.iter)  # evaluated where the comprehension is written
-        with self._inside("comprehension"):
-            for i, generator in enumerate(node.generators):
-                if i:
-                    self.visit(generator.iter)
-                self.visit(generator.target)
-                self._visit_all(generator.ifs)
-            self._visit_all(results)
-
-    def visit_ListComp(self, node) -> None:
-        self._comprehension(node, [node.elt])
-
-    visit_SetComp = visit_GeneratorExp = visit_ListComp
-
-    def visit_DictComp(self, node: ast.DictComp) -> None:
-        self._comprehension(node, [node.key, node.value])
-
-    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
-        self.visit(node.value)
-        scope = self.scope
-        while scope.kind == "comprehension":  # := in a comprehension binds in the function around it
-            scope = scope.parent
-        self._record(node.target, "id", binds=True, scope=scope)
-
-    def visit_Name(self, node: ast.Name) -> None:
-        self._record(node, "id", binds=not isinstance(node.ctx, ast.Load))  # (del makes a name local too)
-
-    def visit_Global(self, node: ast.Global) -> None:
-        self.scope.globals.update(node.names)
-        for i in range(len(node.names)):
-            self._record(node, "names", binds=False, index=i)
-
-    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
-        self.scope.nonlocals.update(node.names)
-        for i in range(len(node.names)):
-            self._record(node, "names", binds=False, index=i)
-
-    def visit_Import(self, node) -> None:
-        for alias in node.names:
-            self._record(alias, "asname" if alias.asname else "name", binds=True)
-
-    visit_ImportFrom = visit_Import
-
-    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
-        self._visit_all([node.type])
-        if node.name:
-            self._record(node, "name", binds=True)
-        self._visit_all(node.body)
-
-    def visit_MatchAs(self, node) -> None:
-        self._visit_all([node.pattern])
-        if node.name:
-            self._record(node, "name", binds=True)
-
-    def visit_MatchStar(self, node) -> None:
-        if node.name:
-            self._record(node, "name", binds=True)
-
-    def visit_MatchMapping(self, node) -> None:
-        self._visit_all(node.keys + node.patterns)
-        if node.rest:
-            self._record(node, "rest", binds=True)
-
-
-class _Analysis:
-    """The names of one copied def, each resolved by Python's scoping rules."""
-
-    def __init__(self, node: ast.FunctionDef):
-        binder = _Binder()
-        binder.top(node)
-        self.occurrences = binder.occurrences
-        self._resolved = {o.key: o.scope.lookup(o.name) for o in self.occurrences}
-
-    def resolution(self, occurrence: _Occurrence) -> tuple[_Scope | None, bool]:
-        """The scope whose binding ``occurrence`` means (None: free in the def), and whether declared global."""
-        return self._resolved[occurrence.key]
-
-    def free(self, node: ast.Name) -> tuple[bool, bool]:
-        """Whether the name ``node`` is free in the def, and whether a ``global`` statement declares it."""
-        scope, declared = self._resolved[(id(node), "id", None)]
-        return scope is None, declared
-
-    def values(self) -> set[str]:
-        """The names bound anywhere inside the def (its parameters and locals, and those of its inner scopes)."""
-        return {o.name for o in self.occurrences if o.binds}
-
-    def written(self) -> set[str]:
-        """Every name written in the def."""
-        return {o.name for o in self.occurrences}
-
-
-def _dotted(node: ast.expr) -> list[str] | None:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return [node.id] + parts[::-1]
-
-
-def _root(node: ast.expr) -> ast.Name:
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return node
-
-
-def _free_references(node: ast.AST, analysis: _Analysis):
-    """Each dotted name (``a``, ``a.b.c``, taken whole) whose first name is free in the def, in source order:
-    ``(its outermost node, its names, whether a global statement declares the first)``."""
-    for child in ast.iter_child_nodes(node):
-        chain = _dotted(child) if isinstance(child, (ast.Name, ast.Attribute)) else None
-        if chain is None:
-            yield from _free_references(child, analysis)
-        elif analysis.free(_root(child))[0] and isinstance(_root(child).ctx, ast.Load):
-            yield child, tuple(chain), analysis.free(_root(child))[1]
 
 
 # --- What a free name stands for -----------------------------------------------------------------------------
@@ -488,12 +234,12 @@ class _Copy:
 
     py_fn: object
     node: ast.FunctionDef
-    analysis: _Analysis
+    analysis: Analysis
     references: list[tuple[ast.expr, tuple[str, ...], _Target]]
     name: str = ""
 
 
-def _refuse_outside_writes(py_fn, node: ast.FunctionDef, analysis: _Analysis) -> None:
+def _refuse_outside_writes(py_fn, node: ast.FunctionDef, analysis: Analysis) -> None:
     """A kernel cannot change a Python variable outside it (a global, a closure cell, a module's attribute)."""
     for occurrence in analysis.occurrences:
         scope, declared = analysis.resolution(occurrence)
@@ -503,7 +249,7 @@ def _refuse_outside_writes(py_fn, node: ast.FunctionDef, analysis: _Analysis) ->
             raise InlineError(f"@triton.jit function {py_fn.__name__!r} {verb} {occurrence.name!r}, {kind}; a "
                               "kernel cannot change Python variables. Use a local name (and return the value)",
                               _line(py_fn, occurrence.node))
-    for outer, chain, _ in _free_references(node, analysis):
+    for outer, chain, _ in free_references(node, analysis):
         if not isinstance(outer.ctx, ast.Load):
             raise InlineError(f"@triton.jit function {py_fn.__name__!r} assigns to {'.'.join(chain)}; a kernel "
                               "cannot change Python variables. Use a local name (and return the value)",
@@ -514,7 +260,7 @@ class _Substitute(ast.NodeTransformer):
     """Puts each free reference's replacement (keyed by the id of the node it replaces) in place, and drops
     the global and nonlocal declarations of names that are no longer outside the function."""
 
-    def __init__(self, replacements: dict[int, ast.expr], analysis: _Analysis):
+    def __init__(self, replacements: dict[int, ast.expr], analysis: Analysis):
         self.replacements, self.analysis = replacements, analysis
 
     def visit(self, node):
@@ -575,10 +321,10 @@ class _Copier:
         if id(py_fn) in self._copies:
             return self._copies[id(py_fn)]
         node = _parse(py_fn)
-        analysis = _Analysis(node)
+        analysis = Analysis(node)
         check_elementwise(node, py_fn, analysis.values())
         _refuse_outside_writes(py_fn, node, analysis)
-        free = list(_free_references(node, analysis))
+        free = list(free_references(node, analysis))
         _READS[py_fn] = (py_fn.__code__, _distinct_reads(free))
         copy = _Copy(py_fn, node, analysis, [(outer, chain, _target(py_fn, chain, declared))
                                              for outer, chain, declared in free])
@@ -776,7 +522,7 @@ def _block_call(sub, values, py_fn) -> str | None:
         if found and _is_library_jit(callee) and callee.fn.__name__ in _BLOCK_FUNCTIONS:
             called = f"{func.id} (Triton's {callee.fn.__name__})"
     else:
-        chain = _dotted(func)
+        chain = dotted(func)
         if chain and len(chain) >= 2 and chain[-1] in _BLOCK_FUNCTIONS and chain[0] not in values and \
                 _is_triton_module(_free_value(py_fn, chain[0])[1]):
             called = ".".join(chain)
@@ -806,7 +552,7 @@ def check_elementwise(node: ast.FunctionDef, py_fn, values: set[str] | None = No
     would fold the block, not the element), raise, or return nothing. ``values``: the names bound inside the
     function (found from ``node`` when not given). Raises :class:`InlineError` at the offending line."""
     if values is None:
-        values = _Analysis(node).values()
+        values = Analysis(node).values()
     for sub in ast.walk(node):
         for rule in _ELEMENTWISE_RULES:
             problem = rule(sub, values, py_fn)
@@ -847,7 +593,7 @@ def _reads_outside(py_fn) -> tuple:
     kept = _READS.get(py_fn)
     if kept is None or kept[0] is not py_fn.__code__:
         node = _parse(py_fn)
-        kept = _READS[py_fn] = (py_fn.__code__, _distinct_reads(_free_references(node, _Analysis(node))))
+        kept = _READS[py_fn] = (py_fn.__code__, _distinct_reads(free_references(node, Analysis(node))))
     return kept[1]
 
 
