@@ -275,6 +275,11 @@ class Store:
         if self.enabled:
             warn_once(f"tricomb: the disk cache {self.root} is off for this process: {why}; everything still "
                       "works, but kernels are built again in every new process")
+            for kind in KINDS:  # (folders this process made and never filled: no litter)
+                try:
+                    os.rmdir(self.root / kind)
+                except OSError:
+                    pass
         self.root, self.state, self.reason = None, "off", why
 
     # -- size ------------------------------------------------------------------------------------------------
