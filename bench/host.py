@@ -51,7 +51,7 @@ def host_overhead() -> dict:
     pipe = tc.parse("map softplus | sum")
     pipe(x)
     from tricomb.runtime.launch import fast_key
-    launcher = pipe._cache[fast_key((x,))].launcher
+    launcher = pipe._cache.entries()[fast_key((x,))].launcher
     out = torch.empty((), device="cuda")
     slots = (x, out)
     raw = lambda: launcher.fn[launcher.grid](*slots, *launcher.rest, **launcher.meta)  # noqa: E731

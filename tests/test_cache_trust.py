@@ -320,7 +320,7 @@ def test_memory_caches_are_bounded_least_recently_used_first():
     pipe = tc.map(tc.exp)
     for n in range(1, 70):
         pipe(torch.zeros(n))
-    assert len(pipe._cache) <= 64 and len(loader._LOADED) <= 256
+    assert len(pipe._cache.entries()) <= 64 and len(loader._LOADED) <= 256
 
 
 def test_cache_info_and_clear(cache):

@@ -151,7 +151,7 @@ def test_a_launch_cut_off_part_way_leaves_later_launches_right():
     x = torch.randn(3, 37)
     for pipe, tiles, want in [(tc.cumsum(axis=1), {"LOOKBACK": True, "BLOCK_K": 4, "WINDOW": 2}, x.cumsum(1)),
                               (tc.sum(axis=1), {"SPLIT": 5, "BLOCK_K": 4}, x.sum(1))]:
-        module = launch.compile_for(pipe.ir, pipe._cache, (x,))[0].module
+        module = launch.compile_for(pipe.ir, pipe._cache.entries(), (x,))[0].module
         with numpy.errstate(all="ignore"):
             run = module.prepare(x, **tiles)
             with _CutOff(at=3), pytest.raises(KeyboardInterrupt):

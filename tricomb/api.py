@@ -62,7 +62,7 @@ class Pipeline:
 
     def __init__(self, ir: PipelineIR):
         self.ir = verify(ir)
-        self._cache = launch.new_cache()
+        self._cache = launch.PipelineCache(self.ir)
         self._named = _named_result(self.ir)
 
     def __rshift__(self, other: "Pipeline") -> "Pipeline":

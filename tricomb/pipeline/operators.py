@@ -45,7 +45,7 @@ from ..errors import ArgumentError, LawError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.dtypes import compute_dtype, typed_identity
 from ..scalar.ir import Arg, Call, Const, Function, JitCall, JitRef, walk
-from ..scalar.literals import NotExact, plain_number
+from ..scalar.literals import NotExact, number_key, plain_number
 from .samples import Run, Sample, Unevaluable, combine, differs, draw_sample, given, user_sample
 
 _SEED = 20261129
@@ -146,7 +146,7 @@ def identities(identity) -> tuple:
 def identity_key(identity) -> tuple | None:
     """A key telling identities apart where ``==`` does not: ``0``, ``0.0``, ``-0.0`` and ``False`` differ (a
     bool field is sampled as truth values, an int identity may hold in one dtype only)."""
-    return None if identity is None else tuple((type(v).__name__, repr(v)) for v in identities(identity))
+    return None if identity is None else tuple(number_key(v) for v in identities(identity))
 
 
 def builtin_parts(op: Function) -> tuple[OpSpec, ...] | None:

@@ -110,9 +110,28 @@ def fast_key(tensors: tuple) -> tuple | None:
     return inputs, torch.get_default_dtype()
 
 
-def new_cache() -> LRU:
-    """A pipeline's compiled entries and prepared launches: the 64 layouts used most recently."""
-    return LRU(64)
+class PipelineCache:
+    """What a pipeline keeps between calls: its compiled entries and prepared launches for the 64 layouts used
+    most recently (:meth:`entries`). For a pipeline calling user ``@triton.jit`` functions they are kept for what
+    those functions read now from their globals and closure cells (:func:`~tricomb.scalar.inline.globals_key`,
+    recursively through the functions they call): a changed global gets a new kernel, as in Triton (whose
+    interpreter reads globals at each call), and the entries for earlier values are dropped."""
+
+    __slots__ = ("jit_refs", "layouts", "_globals")
+
+    def __init__(self, pipeline: PipelineIR):
+        self.jit_refs = tuple(dict.fromkeys(r for fn in pipeline.functions for r in jit_functions(fn)))
+        self.layouts: LRU = LRU(64)
+        self._globals = None
+
+    def entries(self) -> LRU:
+        """The entries for the globals read now (all of them for a pipeline that calls no jit function)."""
+        if self.jit_refs:
+            key = globals_key(self.jit_refs)
+            if key != self._globals:
+                with SERIAL:
+                    self.layouts, self._globals = LRU(64), key
+        return self.layouts
 
 
 def _quiet(start):
@@ -127,39 +146,14 @@ def _quiet(start):
     return run
 
 
-_JIT_FUNCTIONS = "user @triton.jit functions"  # a pipeline cache's entry: the JitRefs its pipeline calls
-_GLOBALS = "user @triton.jit globals"  # and: (globals_key of those now, the cache for them)
-
-
-def _cache_for_globals(pipeline: PipelineIR, cache: dict) -> dict:
-    """The part of ``cache`` for what the pipeline's user ``@triton.jit`` functions read now from their globals
-    and closure cells (:func:`~tricomb.scalar.inline.globals_key`, recursively through the functions they call),
-    or ``cache`` itself for a pipeline that calls none. A changed global gets a new kernel, as in Triton (whose
-    interpreter reads globals at each call); the entries for earlier values are dropped."""
-    refs = cache.get(_JIT_FUNCTIONS)
-    if refs is None:
-        refs = tuple(dict.fromkeys(r for fn in pipeline.functions for r in jit_functions(fn)))
-        with SERIAL:
-            cache[_JIT_FUNCTIONS] = refs
-    if not refs:
-        return cache
-    key = globals_key(refs)
-    kept = cache.get(_GLOBALS)
-    if kept is None or kept[0] != key:
-        kept = (key, new_cache())
-        with SERIAL:
-            cache[_GLOBALS] = kept
-    return kept[1]
-
-
-def run(pipeline: PipelineIR, cache: dict, tensors: tuple, out: torch.Tensor | None) -> torch.Tensor:
+def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Tensor | None) -> torch.Tensor:
     """Run the pipeline on ``tensors``: one kernel launch (none for an empty result).
 
     A call like an earlier one (same :func:`fast_key`, no ``out``, no schedule overrides) reuses that call's
     prepared launch: no binding, planning or argument computation, one dictionary lookup. The first such call
     in a process finds the module in the disk index when an earlier process built it (:mod:`.index`), and its
     compiled kernel among those recorded (:mod:`.binaries`)."""
-    cache = _cache_for_globals(pipeline, cache)
+    cache = kept.entries() if kept.jit_refs else kept.layouts
     overrides = _OVERRIDES.get()
     key = fast_key(tensors) if out is None and not overrides else None
     prepared = cache.get(key) if key is not None else None
@@ -245,4 +239,4 @@ def make_plan(pipeline: PipelineIR, tensors: tuple) -> KernelPlan:
         return plan(pipeline, binding)
 
 
-__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "make_plan", "new_cache", "run", "schedule_overrides"]
+__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "make_plan", "PipelineCache", "run", "schedule_overrides"]

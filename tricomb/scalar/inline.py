@@ -26,7 +26,6 @@ import ast
 import builtins
 import functools
 import inspect
-import math
 import sys
 import textwrap
 import types
@@ -36,7 +35,7 @@ from typing import Iterable, NamedTuple
 
 from ..errors import InlineError, Location, UnsupportedError
 from .ir import JitRef
-from .literals import NotExact, number_literal, plain_number
+from .literals import NotExact, number_key, number_literal, plain_number
 from .scopes import Analysis, dotted, free_references
 
 _MISSING = object()
@@ -215,14 +214,6 @@ def _number(py_fn, dotted: str, value) -> bool | int | float | None:
     except NotExact as exc:
         raise InlineError(f"@triton.jit function {py_fn.__name__!r} uses {dotted!r}: {exc}; make it a float (or "
                           "an int)", _location(py_fn)) from None
-
-
-def _number_key(number: bool | int | float) -> tuple:
-    """Equal for two numbers exactly when they are one value of one type: ``1``, ``1.0`` and ``True`` differ, so
-    do ``0.0`` and ``-0.0``; every NaN is one."""
-    if isinstance(number, float):
-        return float, "nan" if math.isnan(number) else float.hex(number)
-    return type(number), number
 
 
 # --- Copying ---------------------------------------------------------------------------------------------------
@@ -440,7 +431,7 @@ class _Copier:
 
     def _number(self, dotted: str, number) -> str:
         """A module-level ``tl.constexpr`` holding ``number``, one per name and exact value."""
-        key = (dotted, *_number_key(number))
+        key = (dotted, *number_key(number))
         if key not in self._numbers:
             name = self.fresh("user_" + dotted.replace(".", "_"))
             self._numbers[key] = name
@@ -644,7 +635,7 @@ def _read_key(py_fn, chain: tuple[str, ...], declared_global: bool, seen: dict[i
     except InlineError as exc:
         return ("refused", exc.message)
     if target.kind == "number":
-        return ("number", *_number_key(target.value))
+        return ("number", *number_key(target.value))
     if target.kind == "jit":
         return ("jit", _function_key(target.value, seen))
     return (target.kind, target.used, _Same(target.value))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Iterator, Union
 
 from ..errors import Location
+from .literals import number_key
 
 # Every live node, by its type and key (_Node._key): the table that makes equal nodes one object. Weak, so a
 # node no function holds any more is freed; the key holds the node's children, not the node.
@@ -83,7 +84,7 @@ class Const(_Node):
     value: bool | int | float
 
     def _key(self) -> tuple:
-        return type(self.value), repr(self.value)
+        return number_key(self.value)
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

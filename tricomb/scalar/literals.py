@@ -52,6 +52,14 @@ def _exact(value, plain: float) -> float:
     raise NotExact(value, plain)
 
 
+def number_key(value: bool | int | float) -> tuple:
+    """Equal for two plain numbers exactly when they are one value of one type: ``1``, ``1.0`` and ``True``
+    differ (they promote differently), so do ``0.0`` and ``-0.0``; every NaN is one."""
+    if type(value) is float:
+        return float, "nan" if math.isnan(value) else float.hex(value)
+    return type(value), value
+
+
 def number_literal(value) -> str:
     """The Python source of ``value``, exactly a ``bool``, ``int`` or ``float`` (NaN and the infinities as
     ``float("...")`` expressions, which Python and Triton both evaluate; an int past 64 bits in hexadecimal, which
