@@ -124,7 +124,7 @@ def test_logsumexp_folds_whole_tiles_by_its_declared_share_with_the_pair_combine
     library = L.softmax_denominators(axis=1)
     pairs = tc.map(lambda v: (v * 1.0, tc.where(v == v, 1.0, v * 1.0 + 0.0))) >> tc.reduce(
         LOG_SUM_EXP, axis=1, identity=(-inf, 0.0))  # the same operator, a lift with no declared share
-    assert library.explain(x).kernel_plan.share is not None and pairs.explain(x).kernel_plan.share is None
+    assert library.explain(x).kernel_plan.folds[0].share is not None and pairs.explain(x).kernel_plan.folds[0].share is None
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32):
         v = x.to(dtype) if dtype.is_floating_point else x.nan_to_num(0.0, 99.0, -99.0).to(dtype)
         for tiles in ({}, {"BLOCK_K": 4, "SPLIT": 3}, {"BLOCK_K": 8}):

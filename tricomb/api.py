@@ -9,7 +9,8 @@ import torch
 
 from .errors import (ArgumentError, AxisError, DTypeError, UnsupportedError, caller_location,
                      too_deeply_nested)
-from .lower.fuse import KernelPlan, describe
+from .codegen.strategies import describe, strategy_for
+from .lower.fuse import KernelPlan
 from .pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
 from .pipeline.operators import normalized_identity
 from .pipeline.printer import pipeline_text
@@ -32,7 +33,7 @@ class Plan:
 
     @property
     def kind(self) -> str:
-        return self.kernel_plan.kind
+        return strategy_for(self.kernel_plan).name
 
     def __str__(self) -> str:
         return describe(self.kernel_plan)

@@ -1,5 +1,7 @@
-"""Folding values with a pipeline's operator: the emitted combine function, tile folds (tree or in order), the
-accumulator's types and identities, and the last program's in-order fold of partials from programs sharing a row.
+"""Folding values with a fold segment's operator (a :class:`~tricomb.lower.segments.TileReduce` or
+:class:`~tricomb.lower.segments.TileScan`): the emitted combine function, tile folds (tree or in order), the
+accumulator's types and identities, and the :class:`~tricomb.lower.segments.Ticket`: the last program's in-order
+fold of partials from programs sharing a row.
 
 An operator on k-tuples has an accumulator of k fields, each in its own dtype and held in its own variable
 (``acc0``, ``acc1``, ...; plain ``acc`` for one field); Triton's ``tl.reduce`` and ``tl.associative_scan`` take
@@ -10,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from ..lower.fuse import KernelPlan
-from ..pipeline.ir import Reduce
+from ..lower.segments import Fold, Ticket, TileReduce
 from ..scalar.dtypes import held_dtype
 from .kernel import fields, scalar_where
+from .scratch import PARTIAL_INDEX, TICKETS, partials as partial_buffers
 from .scalar import ScalarContext, Value, emit_function, render_const, tl_dtype, to_integer, to_storage
 from .writer import Writer
 
@@ -21,23 +23,23 @@ from .writer import Writer
 NO_INDEX = "9223372036854775807"  # int64 max: loses every tie, so masked lanes are never chosen
 
 
-def emit_combine_function(w: Writer, ctx: ScalarContext, name: str, p: KernelPlan) -> None:
-    """A ``@triton.jit`` function of two accumulator tuples (k fields each) applying the reduce/scan operator."""
-    left, right = fields("a", p.width), fields("b", p.width)
+def emit_combine_function(w: Writer, ctx: ScalarContext, name: str, fold: Fold) -> None:
+    """A ``@triton.jit`` function of two accumulator tuples (k fields each) applying the fold's operator."""
+    left, right = fields("a", fold.width), fields("b", fold.width)
     w.line("@triton.jit")
     with w.block(f"def {name}({', '.join(left + right)}):"):
-        args = [Value(n, dtype) for n, dtype in zip(left + right, p.acc_dtypes * 2)]
-        results = emit_function(w, ctx, p.combine.op, args, "[1]")
-        w.line("return " + ", ".join(f"{r.text}.to({acc_type(p, j)})" for j, r in enumerate(results)))
+        args = [Value(n, dtype) for n, dtype in zip(left + right, fold.acc_dtypes * 2)]
+        results = emit_function(w, ctx, fold.stage.op, args, "[1]")
+        w.line("return " + ", ".join(f"{r.text}.to({acc_type(fold, j)})" for j, r in enumerate(results)))
 
 
-def acc_type(p: KernelPlan, j: int = 0) -> str:
+def acc_type(fold: Fold, j: int = 0) -> str:
     """The ``tl`` dtype accumulator field ``j`` is held in."""
-    return tl_dtype(held_dtype(p.acc_dtypes[j]))
+    return tl_dtype(held_dtype(fold.acc_dtypes[j]))
 
 
-def identity_text(p: KernelPlan, j: int = 0) -> str:
-    return render_const(p.identities[j])
+def identity_text(fold: Fold, j: int = 0) -> str:
+    return render_const(fold.identities[j])
 
 
 def packed(names: list[str]) -> str:
@@ -45,30 +47,31 @@ def packed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"({', '.join(names)})"
 
 
-def tile_reduce(ctx: ScalarContext, p: KernelPlan, tile: str, axis: int, combine: str) -> str:
+def tile_reduce(ctx: ScalarContext, fold: Fold, tile: str, axis: int, combine: str) -> str:
     """The expression folding ``tile`` (a name, or a tuple of field names) along ``axis`` with the operator."""
-    spec = p.operator
+    spec = fold.operator
     if spec is None or spec.tile_reduce is None:
         return f"tl.reduce({tile}, {axis}, {combine})"
     ctx.use_helpers([h for h in ("tc_max_over", "tc_min_over") if spec.tile_reduce.startswith(h)])
     return spec.tile_reduce.format(tile, axis)
 
 
-def tile_scan(p: KernelPlan, tile: str, axis: int, combine: str) -> str:
-    """The expression scanning ``tile`` (a name, or a tuple of field names) along ``axis`` (inclusive)."""
-    spec = p.operator
-    if spec is None or spec.tile_scan is None or p.index_scan:
+def tile_scan(fold: Fold, tile: str, axis: int, combine: str) -> str:
+    """The expression scanning ``tile`` (a name, or a tuple of field names) along ``axis`` (inclusive); a
+    cummax/cummin's values and positions by its combine function (an argmax/argmin never scans its tiles)."""
+    spec = fold.operator
+    if spec is None or spec.tile_scan is None or fold.index:
         return f"tl.associative_scan({tile}, {axis}, {combine})"
     return spec.tile_scan.format(tile, axis)
 
 
-def to_accumulator(ctx: ScalarContext, p: KernelPlan, value: Value, j: int = 0) -> str:
+def to_accumulator(ctx: ScalarContext, fold: Fold, value: Value, j: int = 0) -> str:
     """Stream field ``j`` in its accumulator's dtype; through the stage's ``dtype=`` first, which rounds (or wraps)
     as torch's conversion before the combine does (:func:`to_storage`). (``dtype=`` and NaN skipping come with
     builtin operators only, so with one field.)"""
     text = value.text
-    wanted = p.combine.dtype
-    skip_nan = isinstance(p.combine, Reduce) and p.combine.skip_nan
+    wanted = fold.stage.dtype
+    skip_nan = isinstance(fold, TileReduce) and fold.stage.skip_nan
     if skip_nan and value.dtype.is_floating_point:
         # nansum: a NaN counts as 0, before any dtype= conversion (torch drops it first)
         text = f"tc_nan_to({text}, 0.0)"
@@ -76,58 +79,76 @@ def to_accumulator(ctx: ScalarContext, p: KernelPlan, value: Value, j: int = 0) 
     if wanted is not None and wanted != value.dtype:
         integral = not wanted.is_floating_point and wanted != torch.bool
         text = to_integer(ctx, text, value.dtype, wanted) if integral else to_storage(ctx, text, wanted, value.dtype)
-    return f"{text}.to({acc_type(p, j)})"
+    return f"{text}.to({acc_type(fold, j)})"
 
 
-def masked_fields(ctx: ScalarContext, p: KernelPlan, values: list[Value], mask: str) -> list[str]:
+def masked_fields(ctx: ScalarContext, fold: Fold, values: list[Value], mask: str) -> list[str]:
     """Each stream field in its accumulator dtype where ``mask`` holds, the field's identity elsewhere."""
-    return [f"tl.where({mask}, {to_accumulator(ctx, p, v, j)}, {identity_text(p, j)})" for j, v in enumerate(values)]
+    return [f"tl.where({mask}, {to_accumulator(ctx, fold, v, j)}, {identity_text(fold, j)})"
+            for j, v in enumerate(values)]
 
 
-def fold_in_order(w: Writer, ctx: ScalarContext, p: KernelPlan, accs: list[str], tiles: list[str], width: str,
-                   combine: str) -> None:
+def fold_in_order(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[str], tiles: list[str], width: str,
+                  combine: str) -> None:
     """For an operator that does not commute: ``accs`` (one value per row) combined with the tiles' elements in
     order, as the tile's inclusive scan (which keeps the order) read at its last column."""
-    scanned = fields("in_order", p.width)
-    w.line(f"{', '.join(scanned)} = {tile_scan(p, packed(tiles), 1, combine)}",
+    scanned = fields("in_order", fold.width)
+    w.line(f"{', '.join(scanned)} = {tile_scan(fold, packed(tiles), 1, combine)}",
            comment="in order: the operator does not commute")
     ctx.use_helpers(["tc_last"])
-    lasts = [f"tc_last({s}, {width}).to({acc_type(p, j)})" for j, s in enumerate(scanned)]
+    lasts = [f"tc_last({s}, {width}).to({acc_type(fold, j)})" for j, s in enumerate(scanned)]
     w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + lasts)})")
 
 
-def reduce_tile(ctx: ScalarContext, p: KernelPlan, tiles: list[str], combine: str) -> str:
+def reduce_tile(ctx: ScalarContext, fold: TileReduce, tiles: list[str], combine: str) -> str:
     """Fold the accumulator tiles (and ``<tile>_i``, the positions, for argmax/argmin) along axis 1."""
-    if p.index:
+    if fold.index:
         ctx.use_helpers([f"{combine[:-5]}_over"])
         return f"{combine[:-5]}_over({tiles[0]}, {tiles[0]}_i, 1)"
-    return tile_reduce(ctx, p, packed(tiles), 1, combine)
+    return tile_reduce(ctx, fold, packed(tiles), 1, combine)
 
 
 _PARTS = 256  # partials the last program folds per step
 
 
-def emit_last_program(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, totals: list[str], part: str,
+def emit_last_program(w: Writer, ctx: ScalarContext, segment: Ticket, combine: str, totals: list[str], part: str,
                       ticket: str) -> None:
-    """``SPLIT`` programs share each row tile, program ``part`` of them holding ``totals``: each publishes its
-    partial, takes a ticket with an acquire-release atomic, and the program drawing the last ticket combines the
-    partials in index order, ``_PARTS`` at a time (so the result is the same from run to run), and resets
-    the ticket for the next launch. Sets ``keep``: the rows whose totals are final in this program."""
-    buffers, partials = fields("partials", p.width), fields("partial", p.width)
-    for buffer, value in zip(buffers, totals):
+    """The ticket segment: ``SPLIT`` programs share each row tile, program ``part`` of them holding ``totals``
+    (of the fold before it): each publishes its partial, takes a ticket with an acquire-release atomic, and the
+    program drawing the last ticket combines the partials in index order, ``_PARTS`` at a time (so the result is
+    the same from run to run), and resets the ticket for the next launch. Sets ``keep``: the rows whose totals
+    are final in this program."""
+    fold = segment.fold
+    for buffer, value in zip(partial_buffers(fold), totals):
         w.line(f"tl.store({buffer} + rows * SPLIT + {part}, {value}, mask=row_mask)")
-    if p.index:
-        w.line(f"tl.store(partial_index + rows * SPLIT + {part}, total_i, mask=row_mask)")
+    if fold.index:
+        w.line(f"tl.store({PARTIAL_INDEX} + rows * SPLIT + {part}, total_i, mask=row_mask)")
     w.line("tl.debug_barrier()")
-    w.line(f'ticket = tl.atomic_add(tickets + {ticket}, 1, sem="acq_rel")')
+    w.line(f'ticket = tl.atomic_add({TICKETS} + {ticket}, 1, sem="acq_rel")')
     w.line(f"keep = {scalar_where('ticket == SPLIT - 1', 'row_mask', 'False')}")
+    accs = _fold_partials(w, ctx, fold, combine)
+    if fold.ordered:
+        for j, (t, acc) in enumerate(zip(totals, accs)):
+            w.line(f"{t} = tl.where(keep, {acc}, {identity_text(fold, j)})",
+                   comment="one use of the loop's result" if j == 0 else None)
+    elif fold.index:
+        w.line(f"total, total_i = {reduce_tile(ctx, fold, ['part_acc'], combine)}")
+    else:
+        w.line(f"{', '.join(totals)} = {reduce_tile(ctx, fold, accs, combine)}")
+    w.line(f"tl.atomic_xchg({TICKETS} + {ticket}, 0, mask=ticket == SPLIT - 1)")
+
+
+def _fold_partials(w: Writer, ctx: ScalarContext, fold: TileReduce, combine: str) -> list[str]:
+    """In the program holding the last ticket, the partials of each row folded in index order into accumulators
+    (returned); in every other program the loop runs no step."""
     # Commutative operators fold the partials into a tile-shaped accumulator, reduced once after the loop (as
     # the main reduce loop does); a per-row value updated by a tree reduction inside a loop and used more than
     # once after it fails an assertion in Triton 3.6's thread-locality pass (seen on the H200).
-    accs = fields("part_acc", p.width) + (["part_acc_i"] if p.index else [])
-    shape = "[BLOCK_M]" if p.ordered else f"[BLOCK_M, {_PARTS}]"
-    starts = [identity_text(p, j) for j in range(p.width)] + ([NO_INDEX] if p.index else [])
-    types = [acc_type(p, j) for j in range(p.width)] + (["tl.int64"] if p.index else [])
+    partials = fields("partial", fold.width)
+    accs = fields("part_acc", fold.width) + (["part_acc_i"] if fold.index else [])
+    shape = "[BLOCK_M]" if fold.ordered else f"[BLOCK_M, {_PARTS}]"
+    starts = [identity_text(fold, j) for j in range(fold.width)] + ([NO_INDEX] if fold.index else [])
+    types = [acc_type(fold, j) for j in range(fold.width)] + (["tl.int64"] if fold.index else [])
     for acc, start, dtype in zip(accs, starts, types):
         w.line(f"{acc} = tl.full({shape}, {start}, {dtype})")
     w.line("parts_end = SPLIT * (ticket == SPLIT - 1).to(tl.int32)", comment="only the last program reads partials")
@@ -135,22 +156,14 @@ def emit_last_program(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str
         w.line(f"parts = p0 + tl.arange(0, {_PARTS})")
         w.line("part_mask = keep[:, None] & (parts < SPLIT)[None, :]")
         w.line("part_at = rows[:, None] * SPLIT + parts[None, :]")
-        for j, (buffer, partial) in enumerate(zip(buffers, partials)):
-            w.line(f'{partial} = tl.load({buffer} + part_at, mask=part_mask, other={identity_text(p, j)}, '
+        for j, (buffer, partial) in enumerate(zip(partial_buffers(fold), partials)):
+            w.line(f'{partial} = tl.load({buffer} + part_at, mask=part_mask, other={identity_text(fold, j)}, '
                    'cache_modifier=".cg")')
-        if p.index:
-            w.line(f'partial_i = tl.load(partial_index + part_at, mask=part_mask, other={NO_INDEX}, '
+        if fold.index:
+            w.line(f'partial_i = tl.load({PARTIAL_INDEX} + part_at, mask=part_mask, other={NO_INDEX}, '
                    'cache_modifier=".cg")')
-        if p.ordered:
-            fold_in_order(w, ctx, p, accs, partials, str(_PARTS), combine)
+        if fold.ordered:
+            fold_in_order(w, ctx, fold, accs, partials, str(_PARTS), combine)
         else:
-            w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + partials + (['partial_i'] if p.index else []))})")
-    if p.ordered:
-        for j, (t, acc) in enumerate(zip(totals, accs)):
-            w.line(f"{t} = tl.where(keep, {acc}, {identity_text(p, j)})",
-                   comment="one use of the loop's result" if j == 0 else None)
-    elif p.index:
-        w.line(f"total, total_i = {reduce_tile(ctx, p, ['part_acc'], combine)}")
-    else:
-        w.line(f"{', '.join(totals)} = {reduce_tile(ctx, p, accs, combine)}")
-    w.line(f"tl.atomic_xchg(tickets + {ticket}, 0, mask=ticket == SPLIT - 1)")
+            w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + partials + (['partial_i'] if fold.index else []))})")
+    return accs

@@ -1,15 +1,20 @@
 """Emitting the kernel of a plan: the ``@triton.jit`` kernel itself.
 
-One emitter per concept: :func:`emit_offsets` (an index split over dimension groups into per-tensor
-offsets), :func:`emit_loads`, :func:`emit_stages` (map/zip_with bodies), :func:`store`, and the body of a map
-kernel; the reduce and scan bodies, which add a combine, are in :mod:`tricomb.codegen.combine` and :mod:`tricomb.codegen.fold`. Each emitted
-line that comes from a pipeline stage carries a comment naming that stage.
+One emitter per concept: :class:`Param` (the kernel's parameters, as data), :func:`emit_offsets` (an index
+split over dimension groups into per-tensor offsets), :func:`emit_loads`, :func:`emit_stages` (an
+:class:`~tricomb.lower.segments.Elementwise` segment), :func:`store` (the :class:`~tricomb.lower.segments.Store`
+segment), and the body of an elementwise kernel; the reduce and scan bodies, which add a fold, are in
+:mod:`tricomb.codegen.combine` and :mod:`tricomb.codegen.fold`. Each emitted line that comes from a pipeline
+stage carries a comment naming that stage.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..lower.bind import input_stages
-from ..lower.fuse import KernelPlan, Slot
-from ..pipeline.ir import Map, Stage, ZipWith
+from ..lower.fuse import KernelPlan
+from ..lower.segments import Elementwise, Slot, Store
+from ..pipeline.ir import Map, ZipWith
 from ..pipeline.printer import stage_text
 from ..scalar.dtypes import held_dtype
 from .scalar import ScalarContext, Value, emit_function, from_storage, to_storage
@@ -24,33 +29,41 @@ def group_stride(slot: Slot, g: int) -> str:
     return f"s_{slot.name}_{g}"
 
 
-def kernel_parameters(p: KernelPlan) -> list[str]:
-    """The kernel's parameters, in order: tensors, scalars, sizes and strides, then constexprs."""
-    params = [s.name for s in p.slots]
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A kernel parameter ``name`` (a ``tl.constexpr`` when ``constexpr``) and ``host``: the expression the
+    launcher fixes it to, or None for an argument given at each launch (the slots' tensors, a look-back's status
+    value), which come first."""
+
+    name: str
+    host: str | None
+    constexpr: bool = False
+
+    @property
+    def declaration(self) -> str:
+        """The parameter as the kernel's ``def`` lists it."""
+        return f"{self.name}: tl.constexpr" if self.constexpr else self.name
+
+
+def given(name: str) -> Param:
+    """A parameter given at each launch."""
+    return Param(name, None)
+
+
+def fixed(name: str, host: str | None = None) -> Param:
+    """A parameter the launcher fixes to the host variable of its name (or to ``host``)."""
+    return Param(name, host or name)
+
+
+def meta(name: str, host: str | None = None) -> Param:
+    """A ``tl.constexpr`` the launcher fixes to the schedule's entry of its name (or to ``host``)."""
+    return Param(name, host or f"cfg[{name!r}]", constexpr=True)
+
+
+def layout_parameters(p: KernelPlan) -> list[Param]:
+    """Each dimension group's size, then each slot's stride along each group."""
     groups = range(len(p.binding.groups))
-    if p.kind == "map":
-        params.append("numel")
-    else:
-        params += ["M", "K"]
-    if p.kind == "reduce":
-        scratch = ["partials", "partial_index"] if p.index else fields("partials", p.width)
-        params = params[:len(p.slots)] + scratch + ["tickets"] + params[len(p.slots):] + ["SPLIT"]
-    if p.kind == "scan":
-        params = params[:len(p.slots)] + ["ready"] + params[len(p.slots):]
-        params += ["flags"] + fields("aggregates", p.width) + fields("prefixes", p.width)
-        params += (fields("partials", p.reduce_view().width) + ["tickets"]) if p.then is not None else []
-    params += [group_size(g) for g in groups]
-    params += [group_stride(s, g) for s in p.slots for g in groups]
-    if p.kind == "map":
-        params.append("BLOCK: tl.constexpr")
-    else:
-        params += ["BLOCK_M: tl.constexpr", "BLOCK_K: tl.constexpr"]
-    if p.kind == "reduce":
-        params += ["TICKET: tl.constexpr"]
-    if p.kind == "scan":
-        params += ["LOOKBACK: tl.constexpr", "WINDOW: tl.constexpr", "PUBLISH_PREFIX: tl.constexpr"]
-    params.append("WIDE: tl.constexpr")
-    return params
+    return [fixed(group_size(g)) for g in groups] + [fixed(group_stride(s, g)) for s in p.slots for g in groups]
 
 
 def emit_offsets(w: Writer, index: str, groups: list[int], slots, tag: str,
@@ -106,26 +119,26 @@ def emit_loads(w: Writer, ctx: ScalarContext, p: KernelPlan, slots, address: dic
     return values
 
 
-def emit_stages(w: Writer, ctx: ScalarContext, p: KernelPlan, stages: tuple[Stage, ...], first: int,
-                stream: list[Value], values: dict[str, Value], shape: str) -> list[Value]:
-    """Apply the map/zip_with ``stages`` (pipeline positions from ``first``) to the stream's fields; return the
-    resulting fields. A stage's function takes the stream's fields, then the inputs the stage brings in."""
+def emit_stages(w: Writer, ctx: ScalarContext, p: KernelPlan, segment: Elementwise, stream: list[Value],
+                values: dict[str, Value], shape: str) -> list[Value]:
+    """Apply the segment's map/zip_with stages to the stream's fields; return the resulting fields. A stage's
+    function takes the stream's fields, then the inputs the stage brings in."""
     owners = input_stages(p.pipeline)
-    for offset, stage in enumerate(stages):
-        index = first + offset
+    for offset, stage in enumerate(segment.stages):
+        index = segment.first + offset
         new = [values[f"in{i}"] for i, owner in enumerate(owners) if owner == index]
         w.comment(f"stage {index}: {stage_text(stage)}")
         stream = emit_function(w, ctx, stage.fn, stream + new, shape)
     return stream
 
 
-def store(w: Writer, ctx: ScalarContext, p: KernelPlan, values: list[Value], addresses: dict[str, str], mask: str,
-           coords: dict[int, str] | None = None) -> None:
-    """Store each result field at its address. With ``coords`` (elementwise plans), a field computed from only
-    some of the inputs is smaller than the iteration space (torch's shape for it): along a dimension group where
-    its stride is 0, only coordinate 0 stores, so no element is written twice."""
+def store(w: Writer, ctx: ScalarContext, p: KernelPlan, segment: Store, values: list[Value], addresses: dict[str, str],
+          mask: str, coords: dict[int, str] | None = None) -> None:
+    """Store each result field at its output slot's address. With ``coords`` (elementwise plans), a field
+    computed from only some of the inputs is smaller than the iteration space (torch's shape for it): along a
+    dimension group where its stride is 0, only coordinate 0 stores, so no element is written twice."""
     every = frozenset(range(len(p.inputs)))
-    for slot, value, inputs in zip(p.outputs, values, p.field_inputs):
+    for slot, value, inputs in zip(segment.outputs, values, p.field_inputs):
         where = mask
         if coords is not None and inputs != every:
             where = f"keep_{slot.name}"
@@ -164,8 +177,9 @@ def emit_map_body(w: Writer, ctx: ScalarContext, p: KernelPlan) -> None:
     coords: dict[int, str] = {}
     offsets = emit_offsets(w, "idx", groups, p.slots, "o", coords)
     values = emit_loads(w, ctx, p, p.inputs, offsets, "mask")
-    result = emit_stages(w, ctx, p, p.before, 0, first_stream(p, values), values, "[BLOCK]")
-    store(w, ctx, p, result, offsets, "mask", coords)
+    elementwise, output = p.segments
+    result = emit_stages(w, ctx, p, elementwise, first_stream(p, values), values, "[BLOCK]")
+    store(w, ctx, p, output, result, offsets, "mask", coords)
 
 
 def first_stream(p: KernelPlan, values: dict[str, Value]) -> list[Value]:

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import torch
 
-from ..lower.fuse import KernelPlan
+from ..lower.segments import LookBack, TileScan
 from ..scalar.dtypes import held_dtype
 from .fold import acc_type, identity_text, packed, tile_reduce, tile_scan
 from .kernel import fields, scalar_where
+from .scratch import FLAGS, aggregates as aggregate_buffers, prefixes as prefix_buffers
 from .scalar import ScalarContext
 from .writer import Writer
 
@@ -43,13 +44,13 @@ _SMALL = (torch.float32, torch.int32, torch.bool)
 ONE_WORD, SIXTEEN_BYTES, FENCED = "one word", "16 bytes", "fenced"  # how a status word carries its values
 
 
-def packing(p: KernelPlan) -> str:
+def packing(scan: TileScan) -> str:
     """How a tile's status word carries the values it announces: ``ONE_WORD`` (one field of 32 bits or fewer, in
     the low half of a 64-bit word), ``SIXTEEN_BYTES`` (two or three such fields, beside the status in one
     16-byte word: two 64-bit words of ``flags``), or ``FENCED`` (the values apart, under a 64-bit status word)."""
-    if not all(held_dtype(d) in _SMALL for d in p.acc_dtypes) or p.width > 3:
+    if not all(held_dtype(d) in _SMALL for d in scan.acc_dtypes) or scan.width > 3:
         return FENCED
-    return ONE_WORD if p.width == 1 else SIXTEEN_BYTES
+    return ONE_WORD if scan.width == 1 else SIXTEEN_BYTES
 
 
 def _bits32(dtype: torch.dtype, value: str) -> str:
@@ -64,109 +65,109 @@ def _from_bits32(dtype: torch.dtype, bits: str) -> str:
             torch.bool: f"({bits} != 0)"}[held_dtype(dtype)]
 
 
-def _bits(p: KernelPlan, value: str) -> str:
+def _bits(scan: TileScan, value: str) -> str:
     """The 64-bit word holding ``value``'s 32 bits in its low half."""
-    return f"({_bits32(p.acc_dtype, value)}.to(tl.int64) & {_LOW})"
+    return f"({_bits32(scan.acc_dtypes[0], value)}.to(tl.int64) & {_LOW})"
 
 
-def _unbits(p: KernelPlan, word: str) -> str:
+def _unbits(scan: TileScan, word: str) -> str:
     """The value whose bits are the low half of ``word``."""
-    return _from_bits32(p.acc_dtype, f"({word} & {_LOW}).to(tl.int32)")
+    return _from_bits32(scan.acc_dtypes[0], f"({word} & {_LOW}).to(tl.int32)")
 
 
-def _publish(w: Writer, p: KernelPlan, values: list[str], prefix: bool) -> None:
+def _publish(w: Writer, scan: TileScan, values: list[str], prefix: bool) -> None:
     """Publish this tile's aggregate (or with ``prefix`` its inclusive prefix), one value per field, at
     ``slot``."""
     status = "ready + 1" if prefix else "ready"
-    if packing(p) == SIXTEEN_BYTES:
-        bits = [_bits32(d, v) for d, v in zip(p.acc_dtypes, values)] + ["0"] * (3 - len(values))
-        w.line(f"tc_put_status16(flags, slot, {status}, {', '.join(bits)}, row_mask)",
+    if packing(scan) == SIXTEEN_BYTES:
+        bits = [_bits32(d, v) for d, v in zip(scan.acc_dtypes, values)] + ["0"] * (3 - len(values))
+        w.line(f"tc_put_status16({FLAGS}, slot, {status}, {', '.join(bits)}, row_mask)",
                comment="the status and the values in one 16-byte store")
         return
-    if packing(p) == ONE_WORD:
-        w.line(f'tl.atomic_xchg(flags + slot, ({status}).to(tl.int64) << 32 | {_bits(p, values[0])}, '
+    if packing(scan) == ONE_WORD:
+        w.line(f'tl.atomic_xchg({FLAGS} + slot, ({status}).to(tl.int64) << 32 | {_bits(scan, values[0])}, '
                'mask=row_mask, sem="relaxed")', comment="the status in the high half, the value in the low half")
         return
-    for buffer, value in zip(fields("prefixes" if prefix else "aggregates", p.width), values):
+    for buffer, value in zip(prefix_buffers(scan) if prefix else aggregate_buffers(scan), values):
         w.line(f"tl.store({buffer} + slot, {value}, mask=row_mask)")
     w.line("tl.debug_barrier()", comment="every thread's store is done before the status word is released")
-    w.line(f'tl.atomic_xchg(flags + slot, ({status}).to(tl.int64), mask=row_mask, sem="release")')
+    w.line(f'tl.atomic_xchg({FLAGS} + slot, ({status}).to(tl.int64), mask=row_mask, sem="release")')
 
 
-def _wait_for_window(w: Writer, p: KernelPlan) -> None:
+def _wait_for_window(w: Writer, scan: TileScan) -> None:
     """``status``: the status words of the window's predecessors, once every one of them has published (and
     ``words``, which hold their values too, when packed)."""
-    if packing(p) == ONE_WORD:
-        reads = ["words = tl.load(flags + peers, mask=live, other=0, volatile=True)",
+    if packing(scan) == ONE_WORD:
+        reads = [f"words = tl.load({FLAGS} + peers, mask=live, other=0, volatile=True)",
                  "status = tl.where(live, words >> 32, ready)"]
-    elif packing(p) == SIXTEEN_BYTES:
-        reads = ["status, bits0, bits1, bits2 = tc_get_status16(flags, tl.where(live, peers, 0))",
+    elif packing(scan) == SIXTEEN_BYTES:
+        reads = [f"status, bits0, bits1, bits2 = tc_get_status16({FLAGS}, tl.where(live, peers, 0))",
                  "status = tl.where(live, status, ready)"]
     else:
-        reads = ['status = tl.where(live, tl.atomic_add(flags + peers, 0, mask=live, sem="acquire"), ready)']
+        reads = [f'status = tl.where(live, tl.atomic_add({FLAGS} + peers, 0, mask=live, sem="acquire"), ready)']
     reads.append("waiting = tl.reduce(status, None, tl.standard._elementwise_min) < ready")
     w.lines(reads)
     with w.block("while waiting:"):
         w.comment("a predecessor has published nothing yet: it is running (it started first); read again")
         w.lines(reads)
-    if packing(p) == FENCED:
+    if packing(scan) == FENCED:
         w.line("tl.debug_barrier()", comment="the values announced are read after every status word")
 
 
-def _window_parts(w: Writer, p: KernelPlan) -> list[str]:
+def _window_parts(w: Writer, scan: TileScan) -> list[str]:
     """Per field, the window's values: the newest prefix, the aggregates after it, the identity elsewhere."""
-    if packing(p) == ONE_WORD:
-        w.line(f"part = tl.where(from_prefix | from_aggregate, {_unbits(p, 'words')}, {identity_text(p)})")
+    if packing(scan) == ONE_WORD:
+        w.line(f"part = tl.where(from_prefix | from_aggregate, {_unbits(scan, 'words')}, {identity_text(scan)})")
         return ["part"]
-    parts = fields("part", p.width)
-    if packing(p) == SIXTEEN_BYTES:
-        w.lines([f"{part} = tl.where(from_prefix | from_aggregate, {_from_bits32(d, f'bits{j}')}, {identity_text(p, j)})"
-                 for j, (part, d) in enumerate(zip(parts, p.acc_dtypes))])
+    parts = fields("part", scan.width)
+    if packing(scan) == SIXTEEN_BYTES:
+        w.lines([f"{part} = tl.where(from_prefix | from_aggregate, {_from_bits32(d, f'bits{j}')}, {identity_text(scan, j)})"
+                 for j, (part, d) in enumerate(zip(parts, scan.acc_dtypes))])
         return parts
-    for j, (part, aggregates, prefixes) in enumerate(zip(parts, fields("aggregates", p.width),
-                                                          fields("prefixes", p.width))):
-        identity = identity_text(p, j)
+    for j, (part, aggregates, prefixes) in enumerate(zip(parts, aggregate_buffers(scan), prefix_buffers(scan))):
+        identity = identity_text(scan, j)
         w.line(f'{part} = tl.where(from_prefix, tl.load({prefixes} + peers, mask=from_prefix, other={identity}, '
                f'cache_modifier=".cg"), tl.load({aggregates} + peers, mask=from_aggregate, other={identity}, '
                'cache_modifier=".cg"))')
     return parts
 
 
-def _window_fold(w: Writer, p: KernelPlan, combine: str) -> list[str]:
+def _window_fold(w: Writer, scan: TileScan, combine: str) -> list[str]:
     """Each row's fold, in order, of the newest inclusive prefix in the window and the aggregates after it."""
     w.line("newest = tl.reduce(tl.where(status == ready + 1, behind[None, :], -1), 1, tl.standard._elementwise_max)",
            comment="per row: the newest predecessor whose prefix is out (-1: none in the window)")
     w.line("from_prefix = live & (behind[None, :] == newest[:, None])")
     w.line("from_aggregate = live & (behind[None, :] > newest[:, None])")
-    parts = _window_parts(w, p)
-    in_order, window = fields("in_order", p.width), fields("window", p.width)
-    w.line(f"{', '.join(in_order)} = {tile_scan(p, packed(parts), 1, combine)}", comment="in order")
+    parts = _window_parts(w, scan)
+    in_order, window = fields("in_order", scan.width), fields("window", scan.width)
+    w.line(f"{', '.join(in_order)} = {tile_scan(scan, packed(parts), 1, combine)}", comment="in order")
     for j, (total, scanned) in enumerate(zip(window, in_order)):
-        w.line(f"{total} = tc_last({scanned}, WINDOW).to({acc_type(p, j)})")
+        w.line(f"{total} = tc_last({scanned}, WINDOW).to({acc_type(scan, j)})")
     return window
 
 
-def tree_aggregate(ctx: ScalarContext, p: KernelPlan, tiles: list[str], combine: str) -> list[str]:
+def tree_aggregate(ctx: ScalarContext, scan: TileScan, tiles: list[str], combine: str) -> list[str]:
     """The tile's aggregate folded as a tree, for an operator that commutes: emitted before the tile's own scan,
     so that successors waiting on it need not wait for that scan too (P4's prototype: 0.757 -> 0.696 ms,
     ``bench/experiments/lookback_variants.py``, SUM_FIRST). Its rounding can differ from the scan's last column
     (a float sum's last bit), so a tile's successors may start from a prefix one ulp off the tile's own last
     output (docs/numerics.md)."""
-    return [tile_reduce(ctx, p, packed(tiles), 1, combine)]
+    return [tile_reduce(ctx, scan, packed(tiles), 1, combine)]
 
 
-def last_column(ctx: ScalarContext, p: KernelPlan, within: list[str]) -> list[str]:
+def last_column(ctx: ScalarContext, scan: TileScan, within: list[str]) -> list[str]:
     """The tile's aggregate in order, for an operator that does not commute: the last column of its scan
     ``within`` (``tl.reduce`` on the GPU does not keep order)."""
     ctx.use_helpers(["tc_last"])
     return [f"tc_last({scanned}, BLOCK_K)" for scanned in within]
 
 
-def emit_publish_aggregate(w: Writer, p: KernelPlan, folded: list[str]) -> None:
-    """Inside ``if LOOKBACK:``: set ``slot`` (the tile's status word) and ``aggregate`` (one name per field) to
-    ``folded`` (:func:`tree_aggregate`'s one expression of every field, or :func:`last_column`'s one per field),
-    and publish it."""
-    aggregates = fields("aggregate", p.width)
+def emit_publish_aggregate(w: Writer, segment: LookBack, folded: list[str]) -> None:
+    """The look-back segment's first part, inside ``if LOOKBACK:``: set ``slot`` (the tile's status word) and
+    ``aggregate`` (one name per field) to ``folded`` (:func:`tree_aggregate`'s one expression of every field, or
+    :func:`last_column`'s one per field), and publish it."""
+    scan = segment.fold
+    aggregates = fields("aggregate", scan.width)
     w.comment("decoupled look-back (Merrill and Garland 2016): this tile's aggregate, for its successors")
     w.line("slot = rows * SPLIT + chunk")
     if len(folded) == 1:
@@ -174,18 +175,19 @@ def emit_publish_aggregate(w: Writer, p: KernelPlan, folded: list[str]) -> None:
     else:
         w.lines([f"{name} = {value}" for name, value in zip(aggregates, folded)])
     for j, name in enumerate(aggregates):
-        w.line(f"{name} = {name}.to({acc_type(p, j)})")
-    _publish(w, p, aggregates, prefix=False)
+        w.line(f"{name} = {name}.to({acc_type(scan, j)})")
+    _publish(w, scan, aggregates, prefix=False)
 
 
-def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -> None:
-    """Inside ``if LOOKBACK:``, after the tile's own scan: set the carries to the exclusive prefix of the tile
-    (every element of the row before it) and publish the tile's inclusive prefix (unless ``PUBLISH_PREFIX`` is
-    off, which tests use to walk back over aggregates alone). Uses ``slot`` and ``aggregate`` from
-    :func:`emit_publish_aggregate`, emitted earlier in this kernel under ``if LOOKBACK:`` (a constexpr, so
-    one block's names reach the other)."""
-    ctx.use_helpers(["tc_last"] + (["tc_put_status16", "tc_get_status16"] if packing(p) == SIXTEEN_BYTES else []))
-    carries, aggregates = fields("carry", p.width), fields("aggregate", p.width)
+def emit_look_back(w: Writer, ctx: ScalarContext, segment: LookBack, combine: str) -> None:
+    """The look-back segment's second part, inside ``if LOOKBACK:``, after the tile's own scan: set the carries
+    to the exclusive prefix of the tile (every element of the row before it) and publish the tile's inclusive
+    prefix (unless ``PUBLISH_PREFIX`` is off, which tests use to walk back over aggregates alone). Uses ``slot``
+    and ``aggregate`` from :func:`emit_publish_aggregate`, emitted earlier in this kernel under ``if LOOKBACK:``
+    (a constexpr, so one block's names reach the other)."""
+    scan = segment.fold
+    ctx.use_helpers(["tc_last"] + (["tc_put_status16", "tc_get_status16"] if packing(scan) == SIXTEEN_BYTES else []))
+    carries, aggregates = fields("carry", scan.width), fields("aggregate", scan.width)
     w.comment("the prefix of the tiles before this one")
     w.line(f"done = {scalar_where('chunk == 0', 'True', 'rows >= M')}")
     w.line("look = chunk - 1", comment="the newest predecessor not yet folded")
@@ -193,14 +195,14 @@ def emit_look_back(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str) -
         w.line("behind = look - WINDOW + 1 + tl.arange(0, WINDOW)")
         w.line("live = (done == 0)[:, None] & (behind >= 0)[None, :]")
         w.line("peers = rows[:, None] * SPLIT + behind[None, :]")
-        _wait_for_window(w, p)
-        window = _window_fold(w, p, combine)
+        _wait_for_window(w, scan)
+        window = _window_fold(w, scan, combine)
         w.line(f"{', '.join(carries)} = {combine}({', '.join(window + carries)})",
                comment="the window comes before what is folded so far")
         w.line("done = done | (newest >= 0)")
         w.line("finished = tl.reduce(done.to(tl.int32), None, tl.standard._elementwise_min) == 1")
         w.line("look = tl.where(finished, -1, look - WINDOW)")
     with w.block("if PUBLISH_PREFIX:"):
-        inclusive = fields("inclusive", p.width)
+        inclusive = fields("inclusive", scan.width)
         w.line(f"{', '.join(inclusive)} = {combine}({', '.join(carries + aggregates)})")
-        _publish(w, p, inclusive, prefix=True)
+        _publish(w, scan, inclusive, prefix=True)

@@ -1,17 +1,22 @@
-"""Fusion: a bound pipeline becomes one kernel plan.
+"""Fusion: a bound pipeline becomes one kernel plan, a sequence of segments (:mod:`.segments`).
 
-Every pipeline becomes exactly one kernel of one of three kinds:
+Every pipeline becomes exactly one kernel:
 
-* ``map``: no reduce or scan; one flat index over the output.
-* ``reduce``: ``M`` rows (the kept groups) by ``K`` reduced elements; the stages before the reduce run inside
-  the loop over ``K``, the stages after it in the epilogue. When rows are few and long, programs split each row
-  and the last program to finish a row (an atomic ticket) combines the partials in a fixed order.
-* ``scan``: ``M`` rows by ``K`` scanned elements, tile by tile, carrying the running prefix; stages before the
-  scan run on loaded tiles, stages after it on the scanned tile before the store.
+* no reduce or scan: one :class:`~.segments.Elementwise` segment over a flat index of the output;
+* a reduce: ``M`` rows (the kept groups) by ``K`` reduced elements; the stages before the reduce run inside the
+  loop over ``K``, its :class:`~.segments.TileReduce` folds them, a :class:`~.segments.Ticket` finishes rows split
+  over programs, and the stages after it run in the epilogue;
+* a scan: ``M`` rows by ``K`` scanned elements, tile by tile, carrying the running prefix (a
+  :class:`~.segments.TileScan`, its :class:`~.segments.LookBack` when tiles are one per program); stages before
+  the scan run on loaded tiles, stages after it on the scanned tile; a reduce over the scanned axis after it
+  folds the scanned tiles in the same loop (its own TileReduce and Ticket).
+
+The planner takes the pipeline after the rewrites :func:`~.expand.expand` and :func:`~.totalize.totalize`;
+what must be read from the stages as written (their laws in the values' dtypes, whether each operator commutes)
+is read before them: :func:`check_dtypes` and :func:`fold_commutes`.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -20,121 +25,60 @@ from ..errors import DTypeError
 from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.fields import field_inputs
 from ..pipeline.printer import stage_text as stage_name
-from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, Stage
+from ..pipeline.ir import Map, PipelineIR, Reduce, Scan
 from ..pipeline.operators import declared_share, identities
 from ..pipeline.verify import check_in_dtypes, operator_commutes, operator_identity, operator_spec
-from ..scalar.builtins import OpSpec
 from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
-from .bind import Binding, Group, combine_stage, input_stages
+from .bind import Binding, input_stages
 from .expand import expand
+from .segments import Elementwise, Fold, LookBack, Segment, Slot, Store, Ticket, TileReduce, TileScan
 from .totalize import totalize
 
 
 @dataclass(frozen=True, slots=True)
-class Slot:
-    """A tensor the kernel reads or writes: kernel parameter ``name``."""
-
-    name: str
-    dtype: torch.dtype
-    after: bool  # read after the reduce/scan (or the output)
-    late: bool = False  # read after the reduce that follows a scan (or the output of such a fused pair)
-
-
-@dataclass(frozen=True, slots=True)
 class KernelPlan:
-    """Everything the emitter needs to write the one kernel of a pipeline and its launcher."""
+    """Everything the emitter needs to write the one kernel of a pipeline and its launcher: the shared facts and
+    the kernel's ``segments``, in order."""
 
-    kind: str  # "map" | "reduce" | "scan"
-    pipeline: PipelineIR
+    pipeline: PipelineIR  # after the rewrites
     binding: Binding
     inputs: tuple[Slot, ...]
     outputs: tuple[Slot, ...]  # one per result field: ``out``, or ``out0``, ``out1``, ... for a tuple
     field_inputs: tuple[frozenset[int], ...]  # per result field, the inputs it is computed from
-    before: tuple[Stage, ...]  # stages applied before the reduce/scan (all of them for a map kernel)
-    combine: Reduce | Scan | None
-    after: tuple[Stage, ...]  # stages applied to the reduced or scanned values
     compute_dtype: torch.dtype  # widest float compute dtype of the inputs (half types computed in float32)
-    combined_dtypes: tuple[torch.dtype, ...] | None  # torch's dtype of each stream field just after the reduce/scan
-    acc_dtypes: tuple[torch.dtype, ...] | None  # the compute dtype of each accumulator field (the values, for argmax)
-    # a scan fused with a reduce over the scanned axis after it: that reduce, the stages after it, its dtypes
-    then: Reduce | None = None
-    then_after: tuple[Stage, ...] = ()
-    then_combined_dtypes: tuple[torch.dtype, ...] | None = None
-    then_acc_dtypes: tuple[torch.dtype, ...] | None = None
-    ordered: bool = False  # the plan's reduce (or the one fused after its scan) does not commute: row-major order
-    scan_commutes: bool = False  # the plan's scan has an operator that commutes (its tiles may fold as trees)
-    # a reduce right after its lift map, whose operator is an online normalizer's pair: the declared share of
-    # an element at a maximum (:func:`declare_share`), by which whole tiles fold; the lift is not computed
-    share: Function | None = None
-
-
-    def reduce_view(self) -> "KernelPlan":
-        """For a scan fused with a reduce: the plan seen from that reduce, which combines the scanned stream
-        (the stages up to the reduce are its ``before``; the inputs joining after it are its ``after`` ones)."""
-        at = len(self.before) + 1 + len(self.after)
-        inputs = tuple(dataclasses.replace(s, after=s.late, late=False) for s in self.inputs)
-        return dataclasses.replace(self, kind="reduce", inputs=inputs, before=self.pipeline.stages[:at],
-                                   combine=self.then, after=self.then_after,
-                                   combined_dtypes=self.then_combined_dtypes, acc_dtypes=self.then_acc_dtypes,
-                                   then=None, then_after=(), then_combined_dtypes=None, then_acc_dtypes=None)
-
-    @property
-    def per_row(self) -> bool:
-        """The reduce's accumulators hold one value per row (``[BLOCK_M]``), not one per lane: an operator that
-        does not commute folds in order, and an online normalizer's pair folds whole tiles (``share``)."""
-        return self.ordered or self.share is not None
-
-    @property
-    def width(self) -> int:
-        """How many fields the reduce/scan combines (k for an operator on k-tuples)."""
-        return len(self.acc_dtypes)
-
-    @property
-    def combined_dtype(self) -> torch.dtype:
-        """The combined dtype of an operator on single values."""
-        return self.combined_dtypes[0]
-
-    @property
-    def acc_dtype(self) -> torch.dtype:
-        """The accumulator dtype of an operator on single values."""
-        return self.acc_dtypes[0]
-
-    @property
-    def index(self) -> bool:
-        """An argmax/argmin: the accumulator pairs each value with its int64 position along the reduced axes."""
-        return isinstance(self.combine, Reduce) and self.combine.index
-
-    @property
-    def index_scan(self) -> bool:
-        """A cummax/cummin: the accumulator's two fields are the values and their int64 positions along the axis."""
-        return isinstance(self.combine, Scan) and self.combine.index
-
-    @property
-    def identities(self) -> tuple:
-        """The operator's identity in each accumulator field's dtype (masked lanes hold it)."""
-        found = identities(operator_identity(self.combine)) + ((-1,) if self.index_scan else ())  # -1: no position
-        return tuple(typed_identity(e, dtype) for e, dtype in zip(found, self.acc_dtypes))
+    segments: tuple[Segment, ...]
 
     @property
     def num_kernels(self) -> int:
         return 1
 
     @property
-    def operator(self) -> OpSpec | None:
-        return operator_spec(self.combine.op) if self.combine is not None else None
-
-    @property
-    def kept(self) -> tuple[Group, ...]:
-        return tuple(g for g in self.binding.groups if g.kind == "kept")
-
-    @property
-    def reduced(self) -> tuple[Group, ...]:
-        return tuple(g for g in self.binding.groups if g.kind == "reduced")
-
-    @property
     def slots(self) -> tuple[Slot, ...]:
         return self.inputs + self.outputs
+
+    @property
+    def folds(self) -> tuple[Fold, ...]:
+        """The reduce and scan folds, in pipeline order (none, one, or a scan and the reduce fused after it)."""
+        return tuple(s for s in self.segments if isinstance(s, (TileReduce, TileScan)))
+
+    def following(self, segment: Segment, kind: type) -> Segment:
+        """The first segment of type ``kind`` after ``segment``."""
+        at = self.segments.index(segment)
+        return next(s for s in self.segments[at + 1:] if isinstance(s, kind))
+
+    def preceding(self, segment: Segment, kind: type) -> Segment:
+        """The last segment of type ``kind`` before ``segment``."""
+        at = self.segments.index(segment)
+        return next(s for s in reversed(self.segments[:at]) if isinstance(s, kind))
+
+    def phase_after(self, fold: Fold) -> int:
+        """The phase (:class:`~.segments.Slot`) of what the kernel reads or writes after ``fold``."""
+        return self.folds.index(fold) + 1
+
+    def joining(self, phase: int) -> tuple[Slot, ...]:
+        """The inputs of ``phase``: loaded before the first fold (0), or after the fold ``phase`` counts."""
+        return tuple(s for s in self.inputs if s.phase == phase)
 
 
 def _compute_dtype(dtypes) -> torch.dtype:
@@ -175,82 +119,81 @@ def _index_values_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torc
     return dtype
 
 
-def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
-    """The kernel plan for ``pipeline`` on inputs of ``binding``'s layout class (after the rewrites
-    :func:`expand` and :func:`totalize`)."""
-    ordered = [isinstance(s, Reduce) and not s.index and not operator_commutes(s)
-               for s in pipeline.stages if isinstance(s, (Reduce, Scan))]  # (before the rewrites add flags)
-    scans = [s for s in pipeline.stages if isinstance(s, Scan)]  # at most one (verify refuses more)
-    scan_commutes = bool(scans) and not scans[0].index and operator_commutes(scans[0])
-    for i, s in enumerate(pipeline.stages):  # the laws these values' dtypes decide, on the stages as written
-        if isinstance(s, (Reduce, Scan)):
-            check_in_dtypes(s, tuple(compute_dtype(c) for c in combined_dtypes(pipeline, binding, i)))
-    pipeline = totalize(expand(pipeline))
-    at, stage = combine_stage(pipeline)
-    then_at, then = combine_stage(pipeline, at + 1)
-    late = binding.joins_late or (False,) * len(binding.dtypes)
-    inputs = tuple(Slot(f"in{i}", dtype, after, lt) for i, (dtype, after, lt)
-                   in enumerate(zip(binding.dtypes, binding.joins_after, late)))
+def _fold_positions(pipeline: PipelineIR) -> list[int]:
+    return [i for i, s in enumerate(pipeline.stages) if isinstance(s, (Reduce, Scan))]
+
+
+def check_dtypes(pipeline: PipelineIR, binding: Binding) -> None:
+    """The laws each reduce's or scan's values' dtypes decide (:func:`~tricomb.pipeline.verify.check_in_dtypes`),
+    on the stages as written (before :func:`~.expand.expand` and :func:`~.totalize.totalize`). Raises
+    :class:`~tricomb.errors.LawError`."""
+    for i in _fold_positions(pipeline):
+        check_in_dtypes(pipeline.stages[i], tuple(compute_dtype(c) for c in combined_dtypes(pipeline, binding, i)))
+
+
+def fold_commutes(pipeline: PipelineIR) -> tuple[bool, ...]:
+    """Per reduce or scan stage, in order, whether its operator commutes (False for argmax/argmin and
+    cummax/cummin, whose positions fix the order). Read from the stages as written: the validity flag
+    :func:`~.totalize.totalize` gives an operator without identity makes an operator whose law check fails (its
+    identity holds only for valid lanes)."""
+    return tuple(not s.index and operator_commutes(s) for s in (pipeline.stages[i] for i in _fold_positions(pipeline)))
+
+
+def plan_for(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
+    """The kernel plan for ``pipeline`` as written: its commuting operators and dtype laws read, then the
+    rewrites, then :func:`plan`."""
+    commutes = fold_commutes(pipeline)
+    check_dtypes(pipeline, binding)
+    return plan(totalize(expand(pipeline)), binding, commutes)
+
+
+def plan(pipeline: PipelineIR, binding: Binding, commutes: tuple[bool, ...]) -> KernelPlan:
+    """The kernel plan for ``pipeline``, already rewritten by :func:`~.expand.expand` and
+    :func:`~.totalize.totalize`, on inputs of ``binding``'s layout class; ``commutes`` is :func:`fold_commutes` of
+    the pipeline before the rewrites. Raises :class:`~tricomb.errors.DTypeError` for an identity that is not a
+    value of its fields' dtypes, and for argmax/argmin of bool values."""
+    positions = _fold_positions(pipeline)
+    owners = input_stages(pipeline)
+    inputs = tuple(Slot(f"in{i}", dtype, sum(owner > at for at in positions))
+                   for i, (dtype, owner) in enumerate(zip(binding.dtypes, owners)))
     names = ["out"] if len(binding.out_dtypes) == 1 else [f"out{k}" for k in range(len(binding.out_dtypes))]
-    outputs = tuple(Slot(name, dtype, True, then is not None) for name, dtype in zip(names, binding.out_dtypes))
-    kind = "map" if stage is None else ("reduce" if isinstance(stage, Reduce) else "scan")
-    combined = combined_dtypes(pipeline, binding, at) if stage is not None else None
-    acc = tuple(compute_dtype(c) for c in combined) if combined is not None else None
+    outputs = tuple(Slot(name, dtype, len(positions)) for name, dtype in zip(names, binding.out_dtypes))
+    folds = [_fold(pipeline, binding, at, c, first=n == 0) for n, (at, c) in enumerate(zip(positions, commutes))]
+    return KernelPlan(pipeline, binding, inputs, outputs, field_inputs(pipeline), _compute_dtype(binding.dtypes),
+                      _segments(pipeline, folds, outputs))
+
+
+def _segments(pipeline: PipelineIR, folds: list[Fold], outputs: tuple[Slot, ...]) -> tuple[Segment, ...]:
+    """Elementwise stages, then per fold the fold, its cross-program combine and the stages after it; the store."""
+    segments: list[Segment] = [Elementwise(pipeline.stages[:folds[0].at] if folds else pipeline.stages, 0)]
+    for n, fold in enumerate(folds):
+        end = folds[n + 1].at if n + 1 < len(folds) else len(pipeline.stages)
+        combine = Ticket(fold) if isinstance(fold, TileReduce) else LookBack(fold)
+        segments += [fold, combine, Elementwise(pipeline.stages[fold.at + 1:end], fold.at + 1)]
+    return tuple(segments) + (Store(outputs),)
+
+
+def _fold(pipeline: PipelineIR, binding: Binding, at: int, commutes: bool, first: bool) -> Fold:
+    """The fold of the reduce or scan at ``at``, its dtypes checked."""
+    stage = pipeline.stages[at]
+    combined = combined_dtypes(pipeline, binding, at)
+    acc = tuple(compute_dtype(c) for c in combined)
     if isinstance(stage, Reduce) and stage.index:
         acc = (compute_dtype(_index_values_dtype(pipeline, binding, at)),)
-    if stage is not None and stage.identity is not None:
+    if stage.identity is not None:
         _check_identity_fits(stage, acc)
-    fused = {}
-    if then is not None:
-        then_combined = combined_dtypes(pipeline, binding, then_at)
-        then_acc = tuple(compute_dtype(c) for c in then_combined)
-        if then.identity is not None:
-            _check_identity_fits(then, then_acc)
-        fused = dict(then=then, then_after=pipeline.stages[then_at + 1:], then_combined_dtypes=then_combined,
-                     then_acc_dtypes=then_acc)
-    return KernelPlan(kind, pipeline, binding, inputs, outputs, field_inputs(pipeline), pipeline.stages[:at], stage,
-                      pipeline.stages[at + 1:then_at], _compute_dtype(binding.dtypes), combined, acc, **fused,
-                      ordered=bool(ordered) and ordered[-1], scan_commutes=scan_commutes,
-                      share=_share(pipeline, at, stage, then))
+    found = identities(operator_identity(stage)) + ((-1,) if isinstance(stage, Scan) and stage.index else ())
+    typed = tuple(typed_identity(e, dtype) for e, dtype in zip(found, acc))  # -1: no position yet
+    spec = operator_spec(stage.op)
+    if isinstance(stage, Scan):
+        return TileScan(stage, at, combined, acc, typed, spec, commutes)
+    share = _share(pipeline, at, stage) if first else None  # a reduce after a scan takes the scanned tile as it is
+    return TileReduce(stage, at, combined, acc, typed, spec, not stage.index and not commutes, share)
 
 
-def _share(pipeline: PipelineIR, at: int, stage, then) -> Function | None:
+def _share(pipeline: PipelineIR, at: int, stage: Reduce) -> Function | None:
     """The declared share of a reduce right after its lift map (:func:`declare_share`), or None."""
-    if not isinstance(stage, Reduce) or stage.index or then is not None or at == 0:
+    if stage.index or at == 0:
         return None
     lift = pipeline.stages[at - 1]
     return declared_share(lift.fn, stage.op, stage.identity) if isinstance(lift, Map) else None
-
-
-def _group_kind(p: KernelPlan, g: Group) -> str:
-    return "scanned" if g.kind == "reduced" and p.kind == "scan" else g.kind
-
-
-def describe(p: KernelPlan) -> str:
-    """A readable account of the plan (what ``pipe.explain(x)`` prints)."""
-    from ..pipeline.printer import stage_text
-    b = p.binding
-    lines = [f"1 kernel: {p.kind}", f"  device: {b.device_type}"
-             + (" (Triton interpreter)" if b.device_type == "cpu" else ""),
-             "  inputs: " + ", ".join(f"{s.name} {str(s.dtype)[6:]} rank {r}" + (" (joins after)" if s.after else "")
-                                      for s, r in zip(p.inputs, b.ranks)),
-             "  output" + ("s" if len(p.outputs) > 1 else "") + ": "
-             + ", ".join(f"{s.name} {str(s.dtype)[6:]}" for s in p.outputs) + f"; compute in {str(p.compute_dtype)[6:]}",
-             "  iteration groups (outer to inner): "
-             + (", ".join(f"{_group_kind(p, g)}{list(g.dims)}" for g in b.groups) or "none (a single element)")]
-    if p.before:
-        lines.append("  per element: " + " | ".join(stage_text(s) for s in p.before))
-    if p.combine is not None:
-        accs = ", ".join(str(d)[6:] for d in p.acc_dtypes)
-        lines.append(f"  {p.kind}: {stage_text(p.combine)} over axes {list(b.axes)}, accumulator"
-                     + (f"s ({accs})" if p.width > 1 else f" {accs}"))
-        if p.kind == "reduce":
-            lines.append("  rows split across programs when few and long; the last program of a row combines "
-                         "its partials in order")
-    if p.after:
-        lines.append("  after: " + " | ".join(stage_text(s) for s in p.after))
-    if p.then is not None:
-        lines.append(f"  then, in the same loop: {stage_text(p.then)} over the scanned axis")
-        if p.then_after:
-            lines.append("  after that: " + " | ".join(stage_text(s) for s in p.then_after))
-    return "\n".join(lines)

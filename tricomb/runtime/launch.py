@@ -18,7 +18,7 @@ import torch
 
 from ..codegen.module import emit_module
 from ..lower.bind import Binding, bind
-from ..lower.fuse import KernelPlan, plan
+from ..lower.fuse import KernelPlan, plan_for
 from ..errors import UnsupportedError, too_deeply_nested
 from ..pipeline.ir import PipelineIR
 from ..scalar.inline import globals_key
@@ -85,7 +85,7 @@ def compile_for(pipeline: PipelineIR, cache: dict, tensors: tuple, out=None) -> 
     binding, shape = bind(pipeline, tensors, out)
     entry = cache.get(binding)
     if entry is None:
-        kernel_plan = plan(pipeline, binding)
+        kernel_plan = plan_for(pipeline, binding)
         source = emit_module(kernel_plan)
         entry = Compiled(kernel_plan, source, load_module(source, interpret=binding.device_type == "cpu"))
         cache[binding] = entry
@@ -230,13 +230,13 @@ def emit_source(pipeline: PipelineIR, tensors: tuple) -> str:
     """The emitted module for inputs like ``tensors``, without loading it."""
     with SERIAL:
         binding, _ = bind(pipeline, tensors)
-        return emit_module(plan(pipeline, binding))
+        return emit_module(plan_for(pipeline, binding))
 
 
 def make_plan(pipeline: PipelineIR, tensors: tuple) -> KernelPlan:
     with SERIAL:
         binding, _ = bind(pipeline, tensors)
-        return plan(pipeline, binding)
+        return plan_for(pipeline, binding)
 
 
 __all__ = ["Binding", "Compiled", "compile_for", "emit_source", "make_plan", "PipelineCache", "run", "schedule_overrides"]

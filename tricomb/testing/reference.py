@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..lower.bind import bind
-from ..lower.fuse import plan
+from ..lower.fuse import plan_for
 from ..pipeline.evaluate import evaluate_function, reduce_fields, reduce_tensor, scan_fields, scan_tensor
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import operator_spec
@@ -138,7 +138,7 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
     one per field for a pipeline whose result is a tuple."""
     ir = _ir(pipe)
     binding, fields = bind(ir, inputs)
-    compute = plan(ir, binding).compute_dtype
+    compute = plan_for(ir, binding).compute_dtype
 
     def rounded(t: torch.Tensor) -> torch.Tensor:
         return t.to(compute).to(torch.float64) if t.is_floating_point() else t

@@ -1,0 +1,239 @@
+"""One class per kernel strategy, chosen by the type of the plan's first fold segment (:func:`strategy_for`).
+
+A strategy owns what differs from one kind of kernel to another: the kernel's parameters (as data,
+:class:`~tricomb.codegen.kernel.Param`), its decorator, its body, the schedule call and the functions it needs
+copied into the module, the tile entry and sizes the autotuner varies and keys on, the scratch buffers the
+launcher allocates, the grid, and the lines :func:`describe` prints. What the kinds share (loads, stages, folds,
+stores, the launcher's layout and launch) lives in the emitters the strategies call.
+
+* :class:`ElementwiseKernel`: no fold; a flat index over the output.
+* :class:`ReduceKernel`: a :class:`~tricomb.lower.segments.TileReduce` first; rows by K, rows split over programs
+  finished by its Ticket.
+* :class:`ScanKernel`: a :class:`~tricomb.lower.segments.TileScan` first; tile by tile along K, or one tile per
+  program with its LookBack; a reduce fused after it folds each scanned tile with the reduce's own emitters.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ..lower import schedule
+from ..lower.bind import Group
+from ..lower.fuse import KernelPlan
+from ..lower.segments import Elementwise, TileReduce, TileScan
+from ..pipeline.printer import stage_text
+from .combine import emit_reduce_body, emit_scan_body
+from .kernel import Param, emit_map_body, fixed, given, layout_parameters, meta
+from .launcher import emit_look_back_scratch, emit_ticket_scratch
+from .lookback import packing
+from .scalar import ScalarContext
+from .scratch import FLAGS, READY, TICKETS, aggregates, partials, prefixes, ticket_buffers
+from .writer import Writer
+
+
+class KernelStrategy:
+    """The kernel of plan ``plan``, as one kind of kernel writes it."""
+
+    name: ClassVar[str]  # what ``explain`` and the module's docstring call this kind of kernel
+    schedules: ClassVar[tuple]  # the schedule function and the functions it calls, copied into the module
+    tuned: ClassVar[str]  # the tile entry the autotuner varies, with warps
+    key: ClassVar[tuple[str, ...]]  # the sizes the autotuner's choice is keyed on
+    do_not_specialize: ClassVar[tuple[str, ...]] = ()  # parameters that change with every launch
+    tuner_resets: ClassVar[str] = "False"  # whether the autotuner zeroes the status words before each timing
+
+    def __init__(self, plan: KernelPlan):
+        self.plan = plan
+
+    def decorator(self) -> str:
+        """The kernel's ``@triton.jit`` line."""
+        if not self.do_not_specialize:
+            return "@triton.jit"
+        names = ", ".join(f'"{n}"' for n in self.do_not_specialize)
+        return f"@triton.jit(do_not_specialize=[{names}])"
+
+    def parameters(self) -> tuple[Param, ...]:
+        """The kernel's parameters, in order: those given at each launch first, then tensors, scalars, sizes and
+        strides, then constexprs."""
+        raise NotImplementedError
+
+    def emit_body(self, w: Writer, ctx: ScalarContext, combines: tuple[str, ...]) -> None:
+        """The kernel's body; ``combines`` names each fold's combine function."""
+        raise NotImplementedError
+
+    def schedule_call(self, inner: str) -> str:
+        """The call choosing the launch parameters ``cfg``; ``inner`` is the condition that a row's elements are
+        contiguous."""
+        raise NotImplementedError
+
+    def emit_scratch(self, w: Writer) -> None:
+        """The launcher's lines after the tuning space: the scratch buffers and the look-back's ``status``."""
+        w.line("status = None", comment="no status value to pass")
+
+    def grid(self) -> str:
+        """The launch grid as a function of the chosen meta-parameters (the autotuner's choice or the schedule's)."""
+        raise NotImplementedError
+
+    def group_name(self, group: Group) -> str:
+        """How :func:`describe` names a dimension group."""
+        return group.kind
+
+    def description(self) -> list[str]:
+        """The lines of :func:`describe` after the layout: the segments, in order."""
+        return _stages_line("per element", self.plan.segments[0])
+
+    def _fold_line(self, fold) -> str:
+        b = self.plan.binding
+        accs = ", ".join(str(d)[6:] for d in fold.acc_dtypes)
+        return (f"  {self.name}: {stage_text(fold.stage)} over axes {list(b.axes)}, accumulator"
+                + (f"s ({accs})" if fold.width > 1 else f" {accs}"))
+
+
+def _stages_line(title: str, segment: Elementwise) -> list[str]:
+    return [f"  {title}: " + " | ".join(stage_text(s) for s in segment.stages)] if segment.stages else []
+
+
+def _slots_given(p: KernelPlan) -> list[Param]:
+    return [given(s.name) for s in p.slots]
+
+
+class ElementwiseKernel(KernelStrategy):
+    """No fold: ``BLOCK`` elements per program over a flat index of the output."""
+
+    name = "map"
+    schedules = (schedule.schedule_map,)
+    tuned = "BLOCK"
+    key = ("numel",)
+
+    def parameters(self) -> tuple[Param, ...]:
+        p = self.plan
+        return (*_slots_given(p), fixed("numel", "M * K"), *layout_parameters(p), meta("BLOCK"), meta("WIDE", "wide"))
+
+    def emit_body(self, w: Writer, ctx: ScalarContext, combines: tuple[str, ...]) -> None:
+        emit_map_body(w, ctx, self.plan)
+
+    def schedule_call(self, inner: str) -> str:
+        return "schedule_map(M * K, interpret)"
+
+    def grid(self) -> str:
+        return "lambda meta: (triton.cdiv(M * K, meta['BLOCK']),)"
+
+
+class ReduceKernel(KernelStrategy):
+    """A reduce: ``BLOCK_M`` rows by ``BLOCK_K`` elements a step; ``SPLIT`` programs share a row when rows are few
+    and long, the last one (``TICKET``) finishing it."""
+
+    name = "reduce"
+    schedules = (schedule.schedule_reduce, schedule.split_rows)
+    tuned = "BLOCK_K"
+    key = ("M", "K")
+
+    @property
+    def fold(self) -> TileReduce:
+        return self.plan.folds[0]
+
+    def parameters(self) -> tuple[Param, ...]:
+        p = self.plan
+        scratch = [fixed(name) for name in ticket_buffers(self.fold)] + [fixed(TICKETS)]
+        return (*_slots_given(p), *scratch, fixed("M"), fixed("K"), fixed("SPLIT", "split"), *layout_parameters(p),
+                meta("BLOCK_M"), meta("BLOCK_K"), meta("TICKET", "split > 1"), meta("WIDE", "wide"))
+
+    def emit_body(self, w: Writer, ctx: ScalarContext, combines: tuple[str, ...]) -> None:
+        emit_reduce_body(w, ctx, self.plan, combines)
+
+    def schedule_call(self, inner: str) -> str:
+        return (f"schedule_reduce(M, K, {inner}, _num_sms(in0.device), interpret, "
+                f"per_tile={self.fold.share is not None})")
+
+    def emit_scratch(self, w: Writer) -> None:
+        emit_ticket_scratch(w, self.plan, self.fold)
+        super().emit_scratch(w)
+
+    def grid(self) -> str:
+        return "lambda meta: (triton.cdiv(M, meta['BLOCK_M']), split)"
+
+    def description(self) -> list[str]:
+        fold = self.fold
+        return [*super().description(), self._fold_line(fold),
+                "  rows split across programs when few and long; the last program of a row combines its partials "
+                "in order", *_stages_line("after", self.plan.following(fold, Elementwise))]
+
+
+class ScanKernel(KernelStrategy):
+    """A scan: ``BLOCK_M`` rows, ``BLOCK_K`` elements a step carrying each row's prefix, or with ``LOOKBACK`` one
+    tile per program and the decoupled look-back; a reduce fused after it folds the scanned tiles in the loop."""
+
+    name = "scan"
+    schedules = (schedule.schedule_scan,)
+    tuned = "BLOCK_K"
+    key = ("M", "K")
+    do_not_specialize = (READY,)  # a new status value each launch
+    tuner_resets = "cfg['LOOKBACK']"
+
+    @property
+    def scan(self) -> TileScan:
+        return self.plan.folds[0]
+
+    @property
+    def fused(self) -> TileReduce | None:
+        """The reduce fused after the scan, if any."""
+        return self.plan.folds[1] if len(self.plan.folds) > 1 else None
+
+    def parameters(self) -> tuple[Param, ...]:
+        p, scan, fused = self.plan, self.scan, self.fused
+        scratch = [fixed(FLAGS)] + [fixed(name) for name in aggregates(scan) + prefixes(scan)]
+        if fused is not None:
+            scratch += [fixed(name) for name in partials(fused)] + [fixed(TICKETS)]
+        return (*_slots_given(p), given(READY), fixed("M"), fixed("K"), *scratch, *layout_parameters(p),
+                meta("BLOCK_M"), meta("BLOCK_K"), meta("LOOKBACK"), meta("WINDOW"), meta("PUBLISH_PREFIX"),
+                meta("WIDE", "wide"))
+
+    def emit_body(self, w: Writer, ctx: ScalarContext, combines: tuple[str, ...]) -> None:
+        emit_scan_body(w, ctx, self.plan, combines)
+
+    def schedule_call(self, inner: str) -> str:
+        return (f"schedule_scan(M, K, {inner}, _num_sms(in0.device), interpret, packing={packing(self.scan)!r}, "
+                f"width={self.scan.width})")
+
+    def emit_scratch(self, w: Writer) -> None:
+        w.line("cfg['LOOKBACK'] = cfg['LOOKBACK'] and K > cfg['BLOCK_K']", comment="one tile per row: nothing to look back at")
+        with w.block("if not cfg['LOOKBACK'] and 'maxnreg' not in overrides:"):
+            w.line("cfg.pop('maxnreg', None)", comment="the heuristic's register cap is for look-back tiles")
+        emit_look_back_scratch(w, self.plan, self.scan, self.fused)
+
+    def grid(self) -> str:
+        return ("lambda meta: (triton.cdiv(M, meta['BLOCK_M'])"
+                " * (triton.cdiv(K, meta['BLOCK_K']) if meta['LOOKBACK'] else 1),)")
+
+    def group_name(self, group: Group) -> str:
+        return "scanned" if group.kind == "reduced" else group.kind
+
+    def description(self) -> list[str]:
+        p, scan, fused = self.plan, self.scan, self.fused
+        lines = [*super().description(), self._fold_line(scan), *_stages_line("after", p.following(scan, Elementwise))]
+        if fused is not None:
+            lines.append(f"  then, in the same loop: {stage_text(fused.stage)} over the scanned axis")
+            lines += _stages_line("after that", p.following(fused, Elementwise))
+        return lines
+
+
+_STRATEGIES: dict[type, type[KernelStrategy]] = {TileReduce: ReduceKernel, TileScan: ScanKernel}
+
+
+def strategy_for(p: KernelPlan) -> KernelStrategy:
+    """The strategy writing ``p``'s kernel: by the type of its first fold segment (elementwise when none)."""
+    folds = p.folds
+    return (_STRATEGIES[type(folds[0])] if folds else ElementwiseKernel)(p)
+
+
+def describe(p: KernelPlan) -> str:
+    """A readable account of the plan (what ``pipe.explain(x)`` prints)."""
+    strategy = strategy_for(p)
+    b = p.binding
+    lines = [f"1 kernel: {strategy.name}", f"  device: {b.device_type}"
+             + (" (Triton interpreter)" if b.device_type == "cpu" else ""),
+             "  inputs: " + ", ".join(f"{s.name} {str(s.dtype)[6:]} rank {r}" + (" (joins after)" if s.phase else "")
+                                      for s, r in zip(p.inputs, b.ranks)),
+             "  output" + ("s" if len(p.outputs) > 1 else "") + ": "
+             + ", ".join(f"{s.name} {str(s.dtype)[6:]}" for s in p.outputs) + f"; compute in {str(p.compute_dtype)[6:]}",
+             "  iteration groups (outer to inner): "
+             + (", ".join(f"{strategy.group_name(g)}{list(g.dims)}" for g in b.groups) or "none (a single element)")]
+    return "\n".join(lines + strategy.description())

@@ -1,0 +1,140 @@
+"""The segments of a kernel plan: what the one kernel of a pipeline does, in order.
+
+A plan is a sequence of segments, each a frozen dataclass selected by its type:
+
+* :class:`Elementwise`: map/zip_with stages applied lane by lane;
+* :class:`TileReduce` and :class:`TileScan`: the fold of a reduce or scan stage over tiles of its rows;
+* :class:`Ticket` and :class:`LookBack`: the cross-program combine after a fold, when programs share a row
+  (the last program of a row folds the partials; each tile of a scan finds its prefix by the decoupled
+  look-back);
+* :class:`Store`: the results written.
+
+``map exp`` is ``Elementwise(map exp), Store``; ``scan maximum | zip_with sub | max`` is ``Elementwise(),
+TileScan, LookBack, Elementwise(zip_with sub), TileReduce, Ticket, Elementwise(), Store``: a new fusion is a new
+composition of these, not a new kind of plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import torch
+
+from ..pipeline.ir import Reduce, Scan, Stage
+from ..scalar.builtins import OpSpec
+from ..scalar.ir import Function
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A tensor the kernel reads or writes: kernel parameter ``name`` of ``dtype``. ``phase`` is how many folds
+    come before the kernel reads it (an input) or writes it (an output): 0 for an input loaded with the tiles
+    the first fold combines (every input of an elementwise plan), 1 for one joining after the first fold, 2 after
+    the reduce fused behind a scan; an output's phase is the number of folds."""
+
+    name: str
+    dtype: torch.dtype
+    phase: int
+
+
+@dataclass(frozen=True, slots=True)
+class Elementwise:
+    """Map/zip_with ``stages`` applied lane by lane; ``first`` is the pipeline position of ``stages[0]`` (of
+    where they would start, when there are none)."""
+
+    stages: tuple[Stage, ...]
+    first: int
+
+
+@dataclass(frozen=True, slots=True)
+class TileReduce:
+    """The fold of the reduce ``stage`` (pipeline position ``at``) into per-row accumulators.
+
+    ``combined_dtypes``: torch's dtype of each stream field after the reduce; ``acc_dtypes``: the compute dtype
+    of each accumulator field (the values, for argmax/argmin); ``identities``: the operator's identity in each
+    accumulator field's dtype (masked lanes hold it); ``operator``: the builtin's table row, or None.
+    ``ordered``: the operator does not commute, so elements fold in row-major order. ``share``: for a reduce
+    right after its lift map whose operator is an online normalizer's pair, the declared share of an element at
+    a maximum (:func:`~tricomb.pipeline.operators.declare_share`), by which whole tiles fold (the lift is then
+    not computed); else None."""
+
+    stage: Reduce
+    at: int
+    combined_dtypes: tuple[torch.dtype, ...]
+    acc_dtypes: tuple[torch.dtype, ...]
+    identities: tuple
+    operator: OpSpec | None
+    ordered: bool
+    share: Function | None
+
+    @property
+    def width(self) -> int:
+        """How many fields the operator combines (k for an operator on k-tuples)."""
+        return len(self.acc_dtypes)
+
+    @property
+    def index(self) -> bool:
+        """An argmax/argmin: the accumulator pairs each value with its int64 position along the reduced axes."""
+        return self.stage.index
+
+    @property
+    def per_row(self) -> bool:
+        """The accumulators hold one value per row (``[BLOCK_M]``), not one per lane: an operator that does not
+        commute folds in order, and an online normalizer's pair folds whole tiles (``share``)."""
+        return self.ordered or self.share is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TileScan:
+    """The fold of the scan ``stage`` (pipeline position ``at``), tile by tile, carrying each row's prefix.
+
+    ``combined_dtypes``, ``acc_dtypes``, ``identities`` and ``operator`` as for :class:`TileReduce` (a
+    cummax/cummin's second field is its int64 positions, identity -1). ``commutes``: the operator commutes (and
+    is not a cummax/cummin), so a tile's aggregate may fold as a tree."""
+
+    stage: Scan
+    at: int
+    combined_dtypes: tuple[torch.dtype, ...]
+    acc_dtypes: tuple[torch.dtype, ...]
+    identities: tuple
+    operator: OpSpec | None
+    commutes: bool
+
+    @property
+    def width(self) -> int:
+        """How many fields the operator combines (2 for cummax/cummin: values and positions)."""
+        return len(self.acc_dtypes)
+
+    @property
+    def index(self) -> bool:
+        """A cummax/cummin: the accumulator's two fields are the values and their int64 positions along the axis."""
+        return self.stage.index
+
+
+Fold = Union[TileReduce, TileScan]
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """After ``fold``: a row's elements split over programs, each folding its part; the program that draws the
+    last ticket of the row tile folds the partials in order."""
+
+    fold: TileReduce
+
+
+@dataclass(frozen=True, slots=True)
+class LookBack:
+    """After ``fold``: one tile per program, each finding the prefix of the tiles before it by the decoupled
+    look-back."""
+
+    fold: TileScan
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """The results written: one output slot per result field."""
+
+    outputs: tuple[Slot, ...]
+
+
+Segment = Union[Elementwise, TileReduce, TileScan, Ticket, LookBack, Store]
