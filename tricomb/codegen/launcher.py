@@ -2,7 +2,9 @@
 
 ``launch`` recomputes, from the tensors it is given, only what varies within a layout class: the broadcast
 shape, group sizes and strides, the schedule, and whether offsets need int64. The group structure, dtypes and
-axes are fixed by the plan and written in as constants.
+axes are fixed by the plan and written in as constants. What differs from one kind of kernel to another (the
+schedule call, the scratch buffers, the grid, the kernel's parameters) comes from the kernel's strategy
+(:mod:`tricomb.codegen.strategies`), which calls the scratch emitters here.
 """
 from __future__ import annotations
 

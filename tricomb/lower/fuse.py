@@ -67,11 +67,6 @@ class KernelPlan:
         at = self.segments.index(segment)
         return next(s for s in self.segments[at + 1:] if isinstance(s, kind))
 
-    def preceding(self, segment: Segment, kind: type) -> Segment:
-        """The last segment of type ``kind`` before ``segment``."""
-        at = self.segments.index(segment)
-        return next(s for s in reversed(self.segments[:at]) if isinstance(s, kind))
-
     def phase_after(self, fold: Fold) -> int:
         """The phase (:class:`~.segments.Slot`) of what the kernel reads or writes after ``fold``."""
         return self.folds.index(fold) + 1
