@@ -21,10 +21,13 @@ from .scalar.trace import BUILTINS, to_function
 
 
 class Plan:
-    """What ``pipe.explain(x)`` returns: ``str(plan)`` is readable; ``plan.num_kernels`` counts kernels."""
+    """What ``pipe.explain(x)`` returns: ``str(plan)`` is readable; ``plan.num_kernels`` counts kernels.
+    ``plan.passes`` holds ``(pass name, text of the IR after it)`` for each compiler pass, when asked for
+    (``explain(x, passes=True)``), else is empty."""
 
-    def __init__(self, kernel_plan: KernelPlan):
+    def __init__(self, kernel_plan: KernelPlan, passes: tuple[tuple[str, str], ...] = ()):
         self.kernel_plan = kernel_plan
+        self.passes = passes
 
     @property
     def num_kernels(self) -> int:
@@ -35,7 +38,9 @@ class Plan:
         return self.kernel_plan.kind
 
     def __str__(self) -> str:
-        return describe(self.kernel_plan)
+        if not self.passes:
+            return describe(self.kernel_plan)
+        return "\n\n".join(f"=== after {name} ===\n{text}" for name, text in self.passes)
 
     __repr__ = __str__
 
@@ -95,9 +100,14 @@ class Pipeline:
         return launch.emit_source(self.ir, inputs)
 
     @_nesting_refused
-    def explain(self, *inputs: torch.Tensor) -> Plan:
-        """The kernel plan for inputs like ``inputs``."""
-        return Plan(launch.make_plan(self.ir, inputs))
+    def explain(self, *inputs: torch.Tensor, passes: bool = False) -> Plan:
+        """The kernel plan for inputs like ``inputs``; with ``passes=True``, also the IR after each compiler pass,
+        up to the emitted module (:data:`tricomb.compiler.PASSES`), which ``str(plan)`` then shows."""
+        if not isinstance(passes, bool):
+            raise ArgumentError(f"passes={passes!r}: give True or False", caller_location())
+        record: list = []
+        unit = launch.lowered(self.ir, inputs, until="emit" if passes else "fuse", record=record if passes else None)
+        return Plan(unit.plan, tuple(record))
 
     @property
     def num_inputs(self) -> int:

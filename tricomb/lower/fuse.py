@@ -175,6 +175,14 @@ def _index_values_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torc
     return dtype
 
 
+def check_dtypes(pipeline: PipelineIR, binding: Binding) -> None:
+    """Each reduce and scan operator's laws hold in the dtypes it combines on inputs of ``binding``'s layout
+    class (:func:`~tricomb.pipeline.verify.check_in_dtypes`), on the stages as written."""
+    for i, s in enumerate(pipeline.stages):
+        if isinstance(s, (Reduce, Scan)):
+            check_in_dtypes(s, tuple(compute_dtype(c) for c in combined_dtypes(pipeline, binding, i)))
+
+
 def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
     """The kernel plan for ``pipeline`` on inputs of ``binding``'s layout class (after the rewrites
     :func:`expand` and :func:`totalize`)."""
@@ -182,9 +190,6 @@ def plan(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
                for s in pipeline.stages if isinstance(s, (Reduce, Scan))]  # (before the rewrites add flags)
     scans = [s for s in pipeline.stages if isinstance(s, Scan)]  # at most one (verify refuses more)
     scan_commutes = bool(scans) and not scans[0].index and operator_commutes(scans[0])
-    for i, s in enumerate(pipeline.stages):  # the laws these values' dtypes decide, on the stages as written
-        if isinstance(s, (Reduce, Scan)):
-            check_in_dtypes(s, tuple(compute_dtype(c) for c in combined_dtypes(pipeline, binding, i)))
     pipeline = totalize(expand(pipeline))
     at, stage = combine_stage(pipeline)
     then_at, then = combine_stage(pipeline, at + 1)
