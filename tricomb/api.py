@@ -318,18 +318,7 @@ def _shorthand(spec: Shorthand):
     return stage
 
 
-sum = _shorthand(SHORTHANDS["sum"])  # noqa: A001
-prod = _shorthand(SHORTHANDS["prod"])
-max = _shorthand(SHORTHANDS["max"])  # noqa: A001
-min = _shorthand(SHORTHANDS["min"])  # noqa: A001
-mean = _shorthand(SHORTHANDS["mean"])
-nansum = _shorthand(SHORTHANDS["nansum"])
-nanmean = _shorthand(SHORTHANDS["nanmean"])
-argmax = _shorthand(SHORTHANDS["argmax"])
-argmin = _shorthand(SHORTHANDS["argmin"])
-any = _shorthand(SHORTHANDS["any"])  # noqa: A001
-all = _shorthand(SHORTHANDS["all"])  # noqa: A001
-cumsum = _shorthand(SHORTHANDS["cumsum"])
-cumprod = _shorthand(SHORTHANDS["cumprod"])
-cummax = _shorthand(SHORTHANDS["cummax"])
-cummin = _shorthand(SHORTHANDS["cummin"])
+# the public stage constructors, one per row of the shorthand table, in the table's order (a test checks that
+# each name is bound to its own row)
+(sum, prod, max, min, mean, nansum, nanmean, argmax, argmin, any, all,  # noqa: A001
+ cumsum, cumprod, cummax, cummin) = (_shorthand(spec) for spec in SHORTHANDS.values())
