@@ -7,18 +7,19 @@ import torch
 import tricomb as tc
 import tricomb.runtime.launch as launch
 from tricomb.runtime import tuning
+from tricomb import compiler
 from tricomb.testing import schedule_overrides
 
 
 class _CountBinds:
     def __init__(self, monkeypatch):
         self.count = 0
-        real = launch.bind
+        real = compiler.bind  # the bind pass's function
 
         def counted(*args, **kwargs):
             self.count += 1
             return real(*args, **kwargs)
-        monkeypatch.setattr(launch, "bind", counted)
+        monkeypatch.setattr(compiler, "bind", counted)
 
 
 def test_a_repeated_call_skips_binding_and_stays_right(monkeypatch, device):
@@ -151,7 +152,7 @@ def test_a_launch_cut_off_part_way_leaves_later_launches_right():
     x = torch.randn(3, 37)
     for pipe, tiles, want in [(tc.cumsum(axis=1), {"LOOKBACK": True, "BLOCK_K": 4, "WINDOW": 2}, x.cumsum(1)),
                               (tc.sum(axis=1), {"SPLIT": 5, "BLOCK_K": 4}, x.sum(1))]:
-        module = launch.compile_for(pipe.ir, pipe._cache.entries(), (x,))[0].module
+        module = launch.compile_for(pipe.ir, pipe._cache.entries(), (x,)).module
         with numpy.errstate(all="ignore"):
             run = module.prepare(x, **tiles)
             with _CutOff(at=3), pytest.raises(KeyboardInterrupt):

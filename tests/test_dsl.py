@@ -240,3 +240,11 @@ def test_stage_arguments_after_an_unparenthesized_lambda_say_to_parenthesize_it(
     with pytest.raises(tc.ParseError, match=r"need the lambda in parentheses: `scan \(\(a, b\) -> a \* b\)\(axis=0\)`"):
         tc.parse("scan (a, b) -> a(axis=0)")
     assert str(tc.parse("scan ((a, b) -> a)(axis=0)")) == "scan ((x, y) -> x)(axis=0)"
+
+
+def test_each_shorthand_constructor_is_bound_to_its_own_row():
+    """``tc.sum`` builds a sum, ``tc.cummax`` a cummax, ...: each public name is its own table row's stage."""
+    from tricomb.pipeline.shorthands import SHORTHANDS
+    for name, spec in SHORTHANDS.items():
+        stage = getattr(tc, name)
+        assert stage.__name__ == name and stage.operator == spec.op, name

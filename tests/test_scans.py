@@ -106,7 +106,7 @@ def test_look_back_status_words_are_zeroed_when_the_count_wraps(monkeypatch):
     from tricomb.runtime import launch
     x = torch.randn(2, 37)
     pipe = tc.cumsum(axis=1)
-    module = launch.compile_for(pipe.ir, pipe._cache.entries(), (x,))[0].module
+    module = launch.compile_for(pipe.ir, pipe._cache.entries(), (x,)).module
     monkeypatch.setattr(module._StatusWords, "LAST", 3)
     run = module.prepare(x, **LOOKBACK_TILES)
     status = run.launcher.status  # shared by this module's look-back launches on the CPU: start as when made

@@ -22,10 +22,13 @@ from .scalar.trace import BUILTINS, to_function
 
 
 class Plan:
-    """What ``pipe.explain(x)`` returns: ``str(plan)`` is readable; ``plan.num_kernels`` counts kernels."""
+    """What ``pipe.explain(x)`` returns: ``str(plan)`` is readable; ``plan.num_kernels`` counts kernels.
+    ``plan.passes`` holds ``(pass name, text of the IR after it)`` for each compiler pass, when asked for
+    (``explain(x, passes=True)``), else is empty."""
 
-    def __init__(self, kernel_plan: KernelPlan):
+    def __init__(self, kernel_plan: KernelPlan, passes: tuple[tuple[str, str], ...] = ()):
         self.kernel_plan = kernel_plan
+        self.passes = passes
 
     @property
     def num_kernels(self) -> int:
@@ -36,7 +39,9 @@ class Plan:
         return strategy_for(self.kernel_plan).name
 
     def __str__(self) -> str:
-        return describe(self.kernel_plan)
+        if not self.passes:
+            return describe(self.kernel_plan)
+        return "\n\n".join(f"=== after {name} ===\n{text}" for name, text in self.passes)
 
     __repr__ = __str__
 
@@ -96,9 +101,14 @@ class Pipeline:
         return launch.emit_source(self.ir, inputs)
 
     @_nesting_refused
-    def explain(self, *inputs: torch.Tensor) -> Plan:
-        """The kernel plan for inputs like ``inputs``."""
-        return Plan(launch.make_plan(self.ir, inputs))
+    def explain(self, *inputs: torch.Tensor, passes: bool = False) -> Plan:
+        """The kernel plan for inputs like ``inputs``; with ``passes=True``, also the IR after each compiler pass,
+        up to the emitted module (:data:`tricomb.compiler.PASSES`), which ``str(plan)`` then shows."""
+        if not isinstance(passes, bool):
+            raise ArgumentError(f"passes={passes!r}: give True or False", caller_location())
+        record: list = []
+        unit = launch.lowered(self.ir, inputs, until="emit" if passes else "fuse", record=record if passes else None)
+        return Plan(unit.plan, tuple(record))
 
     @property
     def num_inputs(self) -> int:
@@ -309,18 +319,7 @@ def _shorthand(spec: Shorthand):
     return stage
 
 
-sum = _shorthand(SHORTHANDS["sum"])  # noqa: A001
-prod = _shorthand(SHORTHANDS["prod"])
-max = _shorthand(SHORTHANDS["max"])  # noqa: A001
-min = _shorthand(SHORTHANDS["min"])  # noqa: A001
-mean = _shorthand(SHORTHANDS["mean"])
-nansum = _shorthand(SHORTHANDS["nansum"])
-nanmean = _shorthand(SHORTHANDS["nanmean"])
-argmax = _shorthand(SHORTHANDS["argmax"])
-argmin = _shorthand(SHORTHANDS["argmin"])
-any = _shorthand(SHORTHANDS["any"])  # noqa: A001
-all = _shorthand(SHORTHANDS["all"])  # noqa: A001
-cumsum = _shorthand(SHORTHANDS["cumsum"])
-cumprod = _shorthand(SHORTHANDS["cumprod"])
-cummax = _shorthand(SHORTHANDS["cummax"])
-cummin = _shorthand(SHORTHANDS["cummin"])
+# the public stage constructors, one per row of the shorthand table, in the table's order (a test checks that
+# each name is bound to its own row)
+(sum, prod, max, min, mean, nansum, nanmean, argmax, argmin, any, all,  # noqa: A001
+ cumsum, cumprod, cummax, cummin) = (_shorthand(spec) for spec in SHORTHANDS.values())

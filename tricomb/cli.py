@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   tricomb run "map exp | cumsum" --input x.pt
   tricomb emit "map softplus | sum" > kernel.py
   tricomb explain "map exp | sum(axis=0)" --shape 1000 37
+  tricomb explain "nanmean" --shape 8 --passes
   tricomb check "map softplus | sum(axis=1)" --examples 200      # hypothesis against torch
   tricomb bench "map softplus | sum" --shape 268435456           # against torch eager and torch.compile (GPU)
   tricomb cache info                                             # where the disk cache is, what it holds
@@ -57,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--shape", type=int, nargs="+", help="shape of generated inputs (default: 1000000)")
             p.add_argument("--input", nargs="+", metavar="FILE", help=".pt or .npy files, one per pipeline input")
+        if name == "explain":
+            p.add_argument("--passes", action="store_true", help="show the IR after each compiler pass")
         p.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                        help="dtype of generated inputs (default: float32)")
         p.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default: 0)")
@@ -254,7 +257,7 @@ def _explain(args) -> int:
     pipe = _pipeline(args)
     inputs = _inputs(args, pipe, _device(args))
     print(f"pipeline: {pipe}")
-    print(pipe.explain(*inputs))
+    print(pipe.explain(*inputs, passes=args.passes))
     return 0
 
 

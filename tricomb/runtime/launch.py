@@ -16,9 +16,9 @@ from types import ModuleType
 import numpy
 import torch
 
-from ..codegen.module import emit_module
-from ..lower.bind import Binding, bind
-from ..lower.fuse import KernelPlan, plan_for
+from .. import compiler
+from ..lower.bind import Binding
+from ..lower.fuse import KernelPlan
 from ..errors import UnsupportedError, too_deeply_nested
 from ..pipeline.ir import PipelineIR
 from ..scalar.inline import globals_key
@@ -80,16 +80,15 @@ def schedule_overrides(**overrides):
         _OVERRIDES.reset(token)
 
 
-def compile_for(pipeline: PipelineIR, cache: dict, tensors: tuple, out=None) -> tuple[Compiled, tuple]:
-    """The compiled entry for ``tensors`` (emitting and loading it on first use) and the result's shape."""
-    binding, shape = bind(pipeline, tensors, out)
-    entry = cache.get(binding)
+def compile_for(pipeline: PipelineIR, cache: dict, tensors: tuple, out=None) -> Compiled:
+    """The compiled entry for ``tensors`` (lowered by :mod:`tricomb.compiler`, emitted and loaded on first use)."""
+    unit = compiler.lower(pipeline, tensors, out, until="bind")
+    entry = cache.get(unit.binding)
     if entry is None:
-        kernel_plan = plan_for(pipeline, binding)
-        source = emit_module(kernel_plan)
-        entry = Compiled(kernel_plan, source, load_module(source, interpret=binding.device_type == "cpu"))
-        cache[binding] = entry
-    return entry, shape
+        unit = compiler.compile_unit(unit)
+        entry = Compiled(unit.plan, unit.source, load_module(unit.source, interpret=unit.binding.device_type == "cpu"))
+        cache[unit.binding] = entry
+    return entry
 
 
 def fast_key(tensors: tuple) -> tuple | None:
@@ -219,7 +218,7 @@ def _module(pipeline: PipelineIR, cache: dict, tensors: tuple, out, key) -> tupl
     found = index.find(pipeline, key) if key is not None else None
     if found is not None:
         return found
-    entry, _ = compile_for(pipeline, cache, tensors, out)
+    entry = compile_for(pipeline, cache, tensors, out)
     interpret = entry.plan.binding.device_type == "cpu"
     if key is not None:
         index.enter(pipeline, key, entry.source, interpret)
@@ -229,14 +228,14 @@ def _module(pipeline: PipelineIR, cache: dict, tensors: tuple, out, key) -> tupl
 def emit_source(pipeline: PipelineIR, tensors: tuple) -> str:
     """The emitted module for inputs like ``tensors``, without loading it."""
     with SERIAL:
-        binding, _ = bind(pipeline, tensors)
-        return emit_module(plan_for(pipeline, binding))
+        return compiler.lower(pipeline, tensors).source
 
 
-def make_plan(pipeline: PipelineIR, tensors: tuple) -> KernelPlan:
+def lowered(pipeline: PipelineIR, tensors: tuple, until: str = "fuse", record: list | None = None) -> compiler.Unit:
+    """``pipeline`` on inputs like ``tensors`` through the compiler's passes up to ``until``
+    (:func:`tricomb.compiler.lower`)."""
     with SERIAL:
-        binding, _ = bind(pipeline, tensors)
-        return plan_for(pipeline, binding)
+        return compiler.lower(pipeline, tensors, until=until, record=record)
 
 
-__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "make_plan", "PipelineCache", "run", "schedule_overrides"]
+__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "lowered", "PipelineCache", "run", "schedule_overrides"]
