@@ -255,7 +255,6 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combine: str, t
                 emit_publish_aggregate(w, p, last_column(ctx, p, within))
             emit_look_back(w, ctx, p, combine)
         w.line(f"{', '.join(scanned)} = {combine}({', '.join(f'{c}[:, None]' for c in carries)}, {', '.join(within)})")
-        ctx.use_helpers(["tc_last"])
         with w.block("if not LOOKBACK:"):
             w.comment("the row's prefix so far, for the next tile (with LOOKBACK there is none)")
             for j, (carry, field) in enumerate(zip(carries, scanned)):

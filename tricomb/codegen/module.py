@@ -1,82 +1,86 @@
 """Assembling the emitted module: imports, helpers, user functions, combine, kernel, schedule, launcher.
 
-The module imports only ``torch``, ``triton`` and ``triton.language`` (plus any triton module a user function
-itself imports), parses with ``ast.parse``, and runs on its own.
+The module's own code (combine functions, kernel, ``launch`` and ``prepare``) is written first; then the
+definitions of the runtime libraries it reads, and what those read, are copied in (:mod:`.sources`), so a module
+holds only what its plan uses. It imports only ``torch``, ``triton`` and ``triton.language`` (plus what a copied
+definition or a user function itself imports), parses with ``ast.parse``, and runs on its own.
 """
 from __future__ import annotations
 
 import ast
-import inspect
 
 from .._version import __version__
-from ..lower import schedule
 from ..lower.fuse import KernelPlan, describe
 from ..pipeline.printer import pipeline_text
-from ..scalar.builtins import HELPERS, helper_closure
 from ..scalar.inline import inline_jit_functions
 from ..scalar.ir import jit_functions
 from .combine import emit_reduce_body, emit_scan_body
 from .fold import emit_combine_function
 from .kernel import emit_map_body, kernel_parameters
-from .launcher import RUNTIME_HELPERS, emit_launch
+from .launcher import emit_launch
 from .scalar import ScalarContext
+from .sources import Definition, closure, imports_for, reads, reserved_names
 from .writer import Names, Writer
 
-# each kind's schedule, and the functions it calls: copied into the module
-_SCHEDULES = {"map": (schedule.schedule_map,), "reduce": (schedule.schedule_reduce, schedule.split_rows),
-              "scan": (schedule.schedule_scan,)}
-_RESERVED = {"torch", "triton", "tl", "launch", "kernel", "combine", "schedule_map", "schedule_reduce", "split_rows",
-             "schedule_scan", "_tickets", "_num_sms", "_needs_int64", "_TICKETS", "_NUM_SMS", "libdevice",
-             "threading", "_StatusWords", "_status_words", "_STATUS_WORDS",
-             "TC_COMPILED", "_check_inputs", "_check_layout", "InterpretedFunction",
-             "_empty", "os", "tuning_space", "_TUNERS", "TUNING", "_tuning", "_start_tuning", "_bench_config", "_tuner",
-             "grid", "args", "cfg", "space", "tune", "prepare", "_Launcher", "_broadcast", "_no_hooks", "_reset_scratch"}
+# what the module's own code reads from outside it, written in every module
+_IMPORTS = ("import torch", "import triton", "import triton.language as tl",
+            "from triton.runtime.interpreter import InterpretedFunction")
+_MODULE_NAMES = ("kernel", "launch", "prepare")  # the module-level names its own code defines
+
+
+def _taken() -> set[str]:
+    """The names code copied for the user may not take: the runtime libraries', the module's own, and its
+    imports'."""
+    imported = {a.asname or a.name.split(".")[0] for line in _IMPORTS for a in ast.parse(line).body[0].names}
+    return reserved_names() | set(_MODULE_NAMES) | imported
 
 
 def emit_module(p: KernelPlan) -> str:
     """The complete Python source of the module for plan ``p``."""
-    names = Names(_RESERVED | set(HELPERS))
+    names = Names(_taken())
     refs = []
     for fn in p.pipeline.functions:
         refs += [r for r in jit_functions(fn) if r not in refs]
     inlined = inline_jit_functions(refs, names.taken)
     ctx = ScalarContext(names, inlined.names)
 
-    body = Writer()
+    kernel = Writer()
     combine = None
     if p.index or p.index_scan:
-        # maximum -> tc_argmax_step or tc_cummax_step, minimum -> tc_argmin_step or tc_cummin_step
-        combine = f"tc_{'cum' if p.index_scan else 'arg'}{p.operator.name[:3]}_step"
-        ctx.use_helpers([combine])
+        helpers = p.operator.index_helpers
+        combine = helpers.cum_step if p.index_scan else helpers.arg_step
     elif p.combine is not None:
         combine = f"combine_{p.operator.name if p.operator is not None else 'user'}"
-        emit_combine_function(body, ctx, combine, p)
-        body.line()
-        body.line()
+        emit_combine_function(kernel, ctx, combine, p)
+        kernel.line()
+        kernel.line()
     then = None
     if p.then is not None:
         view = p.reduce_view()
         then = f"then_{view.operator.name if view.operator is not None else 'user'}"
-        emit_combine_function(body, ctx, then, view)
-        body.line()
-        body.line()
-    _emit_kernel(body, ctx, p, "kernel", combine, then)
+        emit_combine_function(kernel, ctx, then, view)
+        kernel.line()
+        kernel.line()
+    _emit_kernel(kernel, ctx, p, "kernel", combine, then)
+    host = Writer()
+    emit_launch(host, p, "kernel")
 
+    read = reads(ast.parse(kernel.text())) | reads(ast.parse(host.text()))
+    device, schedules, runtime = closure(read)
+    copied = device + schedules + runtime
+    standard, others = imports_for(read.union(*(d.reads for d in copied)), [*_IMPORTS, *inlined.imports])
     w = Writer()
     w.docstring([f"Generated by tricomb {__version__} from the pipeline:", "", f"    {pipeline_text(p.pipeline)}", "",
                  *describe(p).split("\n"), "",
                  "Call launch(*inputs) to run it; it needs only torch and triton. CUDA tensors run compiled; for CPU",
                  "tensors, import this module with Triton's interpreter on (TRITON_INTERPRET=1 set before importing",
                  "triton)."])
-    w.lines(["import os", "import threading", "", "import torch", "import triton", "import triton.language as tl", "import triton.testing",
-             "from triton.runtime.interpreter import InterpretedFunction"] + inlined.imports)
+    ours = sorted([*_IMPORTS, *others], key=lambda line: line.startswith("from "))  # (a stable sort)
+    w.lines(standard + [""] * bool(standard) + ours + inlined.imports)
     if inlined.constants:
         w.line()
         w.lines(inlined.constants)
-    for name in helper_closure(ctx.helpers):
-        w.line()
-        w.line()
-        w.raw(HELPERS[name][0])
+    _copy(w, device)
     for definition in inlined.definitions:
         w.line()
         w.line()
@@ -84,22 +88,27 @@ def emit_module(p: KernelPlan) -> str:
         w.raw(definition)
     w.line()
     w.line()
-    w.raw(body.text())
+    w.raw(kernel.text())
+    _copy(w, schedules + runtime)
     w.line()
     w.line()
-    for fn in _SCHEDULES[p.kind]:
-        w.raw(inspect.getsource(fn))
-        w.line()
-        w.line()
-    w.raw(inspect.getsource(schedule.tuning_space))
-    w.line()
-    w.raw(RUNTIME_HELPERS)
-    w.line()
-    w.line()
-    emit_launch(w, p, "kernel")
+    w.raw(host.text())
     source = w.text()
     ast.parse(source)  # every emitted module is valid Python
     return source
+
+
+def _copy(w: Writer, definitions: list[Definition]) -> None:
+    """The ``definitions`` copied from a runtime library, each after two blank lines, but a state variable (an
+    assignment) right after another."""
+    after_state = False
+    for definition in definitions:
+        state = isinstance(definition.node, (ast.Assign, ast.AnnAssign))
+        if not (state and after_state):
+            w.line()
+            w.line()
+        w.raw(definition.source)
+        after_state = state
 
 
 def _emit_kernel(w: Writer, ctx: ScalarContext, p: KernelPlan, name: str, combine: str | None,
