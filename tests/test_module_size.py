@@ -135,3 +135,19 @@ def code_in_strings(root: pathlib.Path) -> list[tuple[str, int]]:
 def test_no_string_literal_in_tricomb_holds_more_than_one_line_of_code():
     found = code_in_strings(ROOT)
     assert not found, f"code held in string literals (write it as Python and copy it): {found}"
+
+
+def test_every_helper_the_op_table_names_is_a_device_helper():
+    """The op table names helpers by name (its ``helpers``, ``index_helpers`` and the calls in its renderings):
+    each is a definition of tricomb/codegen/device.py."""
+    from tricomb.scalar.builtins import OPS
+    device, _, _ = sources.runtime_libraries()
+    named = set()
+    for spec in OPS.values():
+        named |= set(spec.helpers)
+        for rendering in (spec.triton, spec.integer, spec.tile_reduce, spec.tile_scan):
+            named |= set(re.findall(r"\b(tc_\w+)\(", rendering or ""))
+        if spec.index_helpers is not None:
+            h = spec.index_helpers
+            named |= {h.arg_step, h.cum_step, *re.findall(r"\b(tc_\w+)\(", h.arg_over)}
+    assert named and named <= set(device.definitions), sorted(named - set(device.definitions))
