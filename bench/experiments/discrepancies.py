@@ -135,17 +135,20 @@ def logsumexp(C):
     report("P8 logsumexp (bytes: x + out)", rows, x.numel() * 4 + 32768 * 4, C)
 
 
+def ceilings() -> tuple[float, float]:
+    """C (a device-to-device copy, bytes read and written) and R (a sum, bytes read), in GB/s."""
+    x = torch.randn(1 << 28, device="cuda")
+    y = torch.empty_like(x)
+    return 2 * x.numel() * 4 / ms(lambda: y.copy_(x)) / 1e6, x.numel() * 4 / ms(lambda: torch.sum(x)) / 1e6
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", nargs="*", default=["recurrence", "drawdown", "columns", "logsumexp"])
     args = parser.parse_args()
-    x = torch.randn(1 << 28, device="cuda")
-    y = torch.empty_like(x)
-    C = 2 * x.numel() * 4 / ms(lambda: y.copy_(x)) / 1e6
-    R = x.numel() * 4 / ms(lambda: torch.sum(x)) / 1e6
+    C, R = ceilings()
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}; "
           f"C {C:.0f} GB/s, R {R:.0f} GB/s")
-    del x, y
     for name in args.only:
         globals()[name](C)
 

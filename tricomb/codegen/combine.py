@@ -249,7 +249,6 @@ def _scan_tile(w: Writer, ctx: ScalarContext, p: KernelPlan, scan: TileScan, com
             emit_publish_aggregate(w, look_back, last_column(ctx, scan, within))
         emit_look_back(w, ctx, look_back, combine)
     w.line(f"{', '.join(scanned)} = {combine}({', '.join(f'{c}[:, None]' for c in carries)}, {', '.join(within)})")
-    ctx.use_helpers(["tc_last"])
     with w.block("if not LOOKBACK:"):
         w.comment("the row's prefix so far, for the next tile (with LOOKBACK there is none)")
         for j, (carry, field) in enumerate(zip(carries, scanned)):

@@ -52,7 +52,6 @@ def tile_reduce(ctx: ScalarContext, fold: Fold, tile: str, axis: int, combine: s
     spec = fold.operator
     if spec is None or spec.tile_reduce is None:
         return f"tl.reduce({tile}, {axis}, {combine})"
-    ctx.use_helpers([h for h in ("tc_max_over", "tc_min_over") if spec.tile_reduce.startswith(h)])
     return spec.tile_reduce.format(tile, axis)
 
 
@@ -75,7 +74,6 @@ def to_accumulator(ctx: ScalarContext, fold: Fold, value: Value, j: int = 0) -> 
     if skip_nan and value.dtype.is_floating_point:
         # nansum: a NaN counts as 0, before any dtype= conversion (torch drops it first)
         text = f"tc_nan_to({text}, 0.0)"
-        ctx.use_helpers(["tc_nan_to"])
     if wanted is not None and wanted != value.dtype:
         integral = not wanted.is_floating_point and wanted != torch.bool
         text = to_integer(ctx, text, value.dtype, wanted) if integral else to_storage(ctx, text, wanted, value.dtype)
@@ -95,7 +93,6 @@ def fold_in_order(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[st
     scanned = fields("in_order", fold.width)
     w.line(f"{', '.join(scanned)} = {tile_scan(fold, packed(tiles), 1, combine)}",
            comment="in order: the operator does not commute")
-    ctx.use_helpers(["tc_last"])
     lasts = [f"tc_last({s}, {width}).to({acc_type(fold, j)})" for j, s in enumerate(scanned)]
     w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + lasts)})")
 
@@ -103,8 +100,7 @@ def fold_in_order(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[st
 def reduce_tile(ctx: ScalarContext, fold: TileReduce, tiles: list[str], combine: str) -> str:
     """Fold the accumulator tiles (and ``<tile>_i``, the positions, for argmax/argmin) along axis 1."""
     if fold.index:
-        ctx.use_helpers([f"{combine[:-5]}_over"])
-        return f"{combine[:-5]}_over({tiles[0]}, {tiles[0]}_i, 1)"
+        return fold.operator.index_helpers.arg_over.format(tiles[0], f"{tiles[0]}_i", 1)
     return tile_reduce(ctx, fold, packed(tiles), 1, combine)
 
 

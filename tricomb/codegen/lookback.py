@@ -158,7 +158,6 @@ def tree_aggregate(ctx: ScalarContext, scan: TileScan, tiles: list[str], combine
 def last_column(ctx: ScalarContext, scan: TileScan, within: list[str]) -> list[str]:
     """The tile's aggregate in order, for an operator that does not commute: the last column of its scan
     ``within`` (``tl.reduce`` on the GPU does not keep order)."""
-    ctx.use_helpers(["tc_last"])
     return [f"tc_last({scanned}, BLOCK_K)" for scanned in within]
 
 
@@ -186,7 +185,6 @@ def emit_look_back(w: Writer, ctx: ScalarContext, segment: LookBack, combine: st
     and ``aggregate`` from :func:`emit_publish_aggregate`, emitted earlier in this kernel under ``if LOOKBACK:``
     (a constexpr, so one block's names reach the other)."""
     scan = segment.fold
-    ctx.use_helpers(["tc_last"] + (["tc_put_status16", "tc_get_status16"] if packing(scan) == SIXTEEN_BYTES else []))
     carries, aggregates = fields("carry", scan.width), fields("aggregate", scan.width)
     w.comment("the prefix of the tiles before this one")
     w.line(f"done = {scalar_where('chunk == 0', 'True', 'rows >= M')}")

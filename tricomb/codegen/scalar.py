@@ -11,7 +11,7 @@ subexpressions are emitted once.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -63,16 +63,10 @@ def render_const(value) -> str:
 
 @dataclass
 class ScalarContext:
-    """What scalar emission needs from the module: names, the jit functions copied in, and helpers used."""
+    """What scalar emission needs from the module: names, and the jit functions copied in."""
 
     names: Names
     jit_names: dict[int, str]  # id(python function of a user @triton.jit function) -> emitted name
-    helpers: list[str] = field(default_factory=list)
-
-    def use_helpers(self, names) -> None:
-        for name in names:
-            if name not in self.helpers:
-                self.helpers.append(name)
 
 
 def _torch_dtype(expr: Call | JitCall, operands: list) -> torch.dtype:
@@ -97,7 +91,6 @@ def to_storage(ctx: "ScalarContext", text: str, dtype: torch.dtype, source: torc
     if dtype in _HALF and compute_dtype(source) != torch.float32:
         text = f"{text}.to(tl.float32)"
     if dtype == torch.bfloat16:
-        ctx.use_helpers(["tc_to_bf16"])
         return f"tc_to_bf16({text})"
     return f"{text}.to({tl_dtype(dtype)})"
 
@@ -110,7 +103,6 @@ def from_storage(ctx: "ScalarContext", text: str, dtype: torch.dtype) -> str:
     if held == dtype:
         return text
     if dtype == torch.bfloat16:
-        ctx.use_helpers(["tc_from_bf16"])
         return f"tc_from_bf16({text})"
     return f"{text}.to({tl_dtype(held)})"
 
@@ -155,12 +147,11 @@ def arith_dtype(dtype: torch.dtype) -> torch.dtype:
 def _wrap(ctx: "ScalarContext", text: str, dtype: torch.dtype, computed_in: torch.dtype) -> str:
     """``text``, computed in the wider integer ``computed_in``, wrapped into ``dtype``'s range as two's complement
     arithmetic wraps and held in ``held_dtype(dtype)``: int32 with bitwise arithmetic (then an exact conversion);
-    int8, int16 and uint8 with the helpers ``tc_wrap_*`` (see :mod:`tricomb.scalar.dtypes` for why)."""
-    if dtype in NARROW_INTEGERS:
-        ctx.use_helpers([f"tc_wrap_{str(dtype)[6:]}"])
-        low = text if computed_in == torch.int32 else f"({text}).to(tl.int32)"  # (keeps the low bits)
-        return f"tc_wrap_{str(dtype)[6:]}({low})"
+    int8, int16 and uint8 with the helper ``tc_wrap`` (see :mod:`tricomb.scalar.dtypes` for why)."""
     bits = torch.iinfo(dtype).bits
+    if dtype in NARROW_INTEGERS:
+        low = text if computed_in == torch.int32 else f"({text}).to(tl.int32)"  # (keeps the low bits)
+        return f"tc_wrap({low}, {bits}, {dtype.is_signed})"
     half = 2 ** (bits - 1)
     return f"(((({text}) + {half}) & {2**bits - 1}) - {half}).to({tl_dtype(held_dtype(dtype))})"
 
@@ -254,10 +245,7 @@ def _render(ctx: ScalarContext, expr: Call | JitCall, operands: list[str], dtype
         return f"{ctx.jit_names[id(expr.fn.fn.fn)]}({', '.join(operands)}).to({tl_dtype(taken)})"
     spec = OPS[expr.op]
     if spec.integer is not None and not dtype.is_floating_point:
-        ctx.use_helpers(spec.integer_helpers)
         return spec.integer.format(*operands)
     special = spec.by_number(expr.args[-1].value, dtype) if spec.by_number is not None and \
         isinstance(expr.args[-1], Const) else None  # torch's kernel for a Python number there
-    template, helpers = special or (spec.triton, spec.helpers)
-    ctx.use_helpers(helpers)
-    return template.format(*operands)
+    return (special or spec.triton).format(*operands)

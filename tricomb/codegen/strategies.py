@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..lower import schedule
 from ..lower.bind import Group
 from ..lower.fuse import KernelPlan
 from ..lower.segments import Elementwise, TileReduce, TileScan
@@ -34,7 +33,6 @@ class KernelStrategy:
     """The kernel of plan ``plan``, as one kind of kernel writes it."""
 
     name: ClassVar[str]  # what ``explain`` and the module's docstring call this kind of kernel
-    schedules: ClassVar[tuple]  # the schedule function and the functions it calls, copied into the module
     tuned: ClassVar[str]  # the tile entry the autotuner varies, with warps
     key: ClassVar[tuple[str, ...]]  # the sizes the autotuner's choice is keyed on
     do_not_specialize: ClassVar[tuple[str, ...]] = ()  # parameters that change with every launch
@@ -99,7 +97,6 @@ class ElementwiseKernel(KernelStrategy):
     """No fold: ``BLOCK`` elements per program over a flat index of the output."""
 
     name = "map"
-    schedules = (schedule.schedule_map,)
     tuned = "BLOCK"
     key = ("numel",)
 
@@ -122,7 +119,6 @@ class ReduceKernel(KernelStrategy):
     and long, the last one (``TICKET``) finishing it."""
 
     name = "reduce"
-    schedules = (schedule.schedule_reduce, schedule.split_rows)
     tuned = "BLOCK_K"
     key = ("M", "K")
 
@@ -162,7 +158,6 @@ class ScanKernel(KernelStrategy):
     tile per program and the decoupled look-back; a reduce fused after it folds the scanned tiles in the loop."""
 
     name = "scan"
-    schedules = (schedule.schedule_scan,)
     tuned = "BLOCK_K"
     key = ("M", "K")
     do_not_specialize = (READY,)  # a new status value each launch

@@ -7,7 +7,7 @@ arguments imports Triton's Gluon front end (0.13 s). tricomb knows its kernels b
 hash of its source, and the launch's arguments are fixed by the inputs' layout. So after a launch compiled
 through Triton, tricomb copies the kernel's binary and metadata into ``$TRICOMB_CACHE_DIR/binaries`` under a
 digest of everything Triton specializes a kernel on, and a later process's launcher adopts it directly
-(:meth:`_Launcher.adopt` in the emitted module).
+(:meth:`~tricomb.codegen.host._Launcher.adopt`, copied into each emitted module).
 
 The digest names: the module (its source's hash), the inputs' :func:`~tricomb.runtime.launch.fast_key`
 (dtypes, shapes, strides, 16-byte alignment), each further argument as Triton specializes it (a tensor's dtype
@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 import triton
 
+from ..codegen.host import _Launcher
 from . import store
 
 _LOG = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def _specialization(value):
     return None
 
 
-def _digest(module, launcher, key) -> str | None:
+def _digest(module, launcher: _Launcher, key) -> str | None:
     """The name of the record for ``launcher`` (built by ``module`` for inputs of ``key``), or None."""
     rest = [_specialization(a) for a in launcher.rest]
     if None in rest:
@@ -83,7 +84,7 @@ def _digest(module, launcher, key) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def adopt(module, launcher, key) -> bool:
+def adopt(module, launcher: _Launcher, key) -> bool:
     """Give ``launcher`` the kernel recorded for it, if any; True when it did. Never raises: a record that
     fails its checks or cannot be loaded is removed, and the launcher left to Triton."""
     digest = None
@@ -127,7 +128,7 @@ def _load(folder: Path, record: dict):
     return CompiledKernel(source, group, record["hash"])
 
 
-def keep(module, launcher, key) -> None:
+def keep(module, launcher: _Launcher, key) -> None:
     """Record the kernel Triton compiled for ``launcher``'s first launch, unless it is recorded already.
     Written whole, through a temporary folder renamed into place; a cache that is off records nothing."""
     compiled = launcher.compiled

@@ -10,7 +10,7 @@ own range: loaded, then widened at once, and narrowed only when stored. 16-bit i
 widening is miscompiled on the H200 (triton 3.6): PTX ``neg.s16`` of -32768 then ``cvt.s64.s16`` gives +32768,
 and ``abs`` of int16 -32768 compared with -5 was seen true. LLVM narrows int32 arithmetic ending in a
 recognisable sign extension (``((x + 2**15) & 0xFFFF) - 2**15``) back to 16 bits, so compiled kernels wrap
-with a PTX bit-field extract instead (``bfe``, opaque to LLVM; the helpers ``tc_wrap_*``).
+with a PTX bit-field extract instead (``bfe``, opaque to LLVM; the helper ``tc_wrap``).
 """
 from __future__ import annotations
 
