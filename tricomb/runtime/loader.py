@@ -3,7 +3,7 @@
 A module is always executed from the source tricomb holds in memory, never from what a file says: the text is
 compiled and run with the file's path as its name, and put in :mod:`linecache` under that path, so Triton (which
 reads a ``@triton.jit`` function's source through :mod:`inspect`) sees exactly that text. The file in the disk
-cache (:mod:`.store`, ``modules/``) is for people reading it and for later processes, which find it through
+cache (:mod:`tricomb.store`, ``modules/``) is for people reading it and for later processes, which find it through
 the index and verify it against its hash before it runs.
 
 Triton decides at decoration time whether a ``@triton.jit`` function is interpreted, so one source is loaded
@@ -24,7 +24,8 @@ import numpy
 import triton
 
 from ..errors import DeviceError
-from . import store, tuning
+from .. import store
+from . import tuning
 from .lru import LRU
 
 SERIAL = threading.RLock()
