@@ -138,7 +138,8 @@ class KernelPlan:
 
 
 def _compute_dtype(dtypes) -> torch.dtype:
-    return torch.float64 if torch.float64 in dtypes else torch.float32
+    from ..scalar.dtypes import kernel_compute_dtype
+    return kernel_compute_dtype(dtypes)
 
 
 def combined_dtypes(pipeline: PipelineIR, binding: Binding, at: int) -> tuple[torch.dtype, ...]:
