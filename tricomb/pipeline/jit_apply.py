@@ -13,6 +13,7 @@ int8, int16 and uint8 in int32); the result is stored in float32 for float16 and
 integers, then converted by torch (which rounds to bfloat16 to nearest even, where the interpreter's own
 conversion truncates, and wraps integers as the kernel does).
 """
+import contextlib
 import functools
 import hashlib
 import linecache
@@ -32,8 +33,6 @@ from ..scalar.inline import globals_key, inline_jit_functions
 from ..scalar.ir import JitRef
 from ..serial import SERIAL
 
-_LOADED: dict = {}  # (globals_key of the function, interpreted) -> the function loaded from its copied module
-_KEPT = 64
 _BLOCK = {"cpu": 2**16, "cuda": 1024}  # elements per program: the interpreter runs a whole tile as one numpy op
 
 
@@ -63,9 +62,12 @@ def _result_dtype(dtype: torch.dtype) -> torch.dtype:
     return compute_dtype(dtype) if dtype.is_floating_point else torch.int64
 
 
-def _load(ref: JitRef, interpret: bool):
-    """``ref``'s function, copied with everything it reads into a new module and loaded. Raises InlineError
-    for what cannot be copied (as building a stage does), UnsupportedError for a function returning a tuple."""
+@functools.lru_cache(maxsize=64)
+def _load(globals_now: tuple, ref: JitRef, interpret: bool):
+    """``ref``'s function, copied with everything it reads into a new module and loaded; ``globals_now``, its
+    :func:`~tricomb.scalar.inline.globals_key`, keys the copy (a changed global is a new copy, as it is a new
+    kernel). Raises InlineError for what cannot be copied (as building a stage does), UnsupportedError for a
+    function returning a tuple."""
     code = inline_jit_functions([ref], {"triton", "tl"})
     lines = ["import triton", "import triton.language as tl", *code.imports, *code.constants, *code.definitions]
     source = "\n".join(lines) + "\n"
@@ -79,17 +81,6 @@ def _load(ref: JitRef, interpret: bool):
         triton.knobs.runtime.interpret = interpret
         exec(compile(source, path, "exec", dont_inherit=True), module.__dict__)
     return getattr(module, code.names[id(ref.fn.fn)])
-
-
-def _loaded(ref: JitRef, interpret: bool):
-    """``ref``'s function as its globals are now (a changed global is a new copy, as it is a new kernel)."""
-    key = (globals_key([ref]), interpret)
-    fn = _LOADED.get(key)
-    if fn is None:
-        if len(_LOADED) >= _KEPT:
-            del _LOADED[next(iter(_LOADED))]
-        fn = _LOADED[key] = _load(ref, interpret)
-    return fn
 
 
 def apply_jit(ref: JitRef, operands: list[torch.Tensor]) -> torch.Tensor:
@@ -109,14 +100,15 @@ def _launch(ref: JitRef, stacked: torch.Tensor, out: torch.Tensor) -> None:
     interpret = stacked.device.type == "cpu"
     n, arity = stacked.shape
     block = min(triton.next_power_of_2(n), _BLOCK[stacked.device.type])
-    with SERIAL:
-        fn, kernel = _loaded(ref, interpret), _kernel(interpret)
-        if not interpret:
-            with torch.cuda.device(stacked.device):
-                kernel[(triton.cdiv(n, block),)](out, stacked, n, FN=fn, ARITY=arity, BLOCK=block)
-            return
-        # masked-off lanes compute on whatever was loaded (log(0), 0/0): nothing reads them; Triton 3.6's
-        # interpreter calls int() on 1-element arrays, which numpy warns of
-        with numpy.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Conversion of an array with ndim > 0 to a scalar", DeprecationWarning)
-            kernel[(triton.cdiv(n, block),)](out, stacked, n, FN=fn, ARITY=arity, BLOCK=block)
+    with SERIAL, _quiet() if interpret else torch.cuda.device(stacked.device):
+        fn = _load(globals_key([ref]), ref, interpret)
+        _kernel(interpret)[(triton.cdiv(n, block),)](out, stacked, n, FN=fn, ARITY=arity, BLOCK=block)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """For the interpreter: masked-off lanes compute on whatever was loaded (log(0), 0/0), which nothing reads;
+    Triton 3.6's interpreter calls int() on 1-element arrays, which numpy warns of (its result is right)."""
+    with numpy.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Conversion of an array with ndim > 0 to a scalar", DeprecationWarning)
+        yield
