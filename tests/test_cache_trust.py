@@ -19,7 +19,8 @@ import torch
 
 import tricomb as tc
 from tricomb.dsl import parser
-from tricomb.runtime import loader, store
+from tricomb import store
+from tricomb.runtime import loader
 
 
 @pytest.fixture

@@ -1,12 +1,12 @@
 """``tricomb cache info`` and ``tricomb cache clear``: what the disk cache holds, and emptying it.
 
-The cache is described in :mod:`tricomb.runtime.store` and ``docs/reliability.md``.
+The cache is described in :mod:`tricomb.store` and ``docs/reliability.md``.
 """
 from __future__ import annotations
 
 from collections import Counter
 
-from ..runtime import store
+from .. import store
 
 _STATES = {"private": "in use (private to this user)",
            "fallback": "refused; this process used its own directory instead",

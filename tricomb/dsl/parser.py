@@ -41,8 +41,8 @@ def grammar_path() -> Path:
 def _parser() -> lark.Lark:
     """The LALR parser. Building its tables takes 0.3 s, loading them 5 ms, so they are kept in the disk cache;
     lark's own cache is not used, because it unpickles a file before checking it. tricomb keeps them as a
-    sealed entry (:mod:`tricomb.runtime.store`) and unpickles only what its seal proves tricomb wrote."""
-    from ..runtime import store
+    sealed entry (:mod:`tricomb.store`) and unpickles only what its seal proves tricomb wrote."""
+    from .. import store
 
     text = grammar_path().read_text()
     options = dict(parser="lalr", strict=True, propagate_positions=True, maybe_placeholders=False)

@@ -31,9 +31,7 @@ from ..pipeline.verify import check_in_dtypes, operator_commutes, operator_ident
 from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, input_stages
-from .expand import expand
 from .segments import Elementwise, Fold, LookBack, Segment, Slot, Store, Ticket, TileReduce, TileScan
-from .totalize import totalize
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +75,8 @@ class KernelPlan:
 
 
 def _compute_dtype(dtypes) -> torch.dtype:
-    return torch.float64 if torch.float64 in dtypes else torch.float32
+    from ..scalar.dtypes import kernel_compute_dtype
+    return kernel_compute_dtype(dtypes)
 
 
 def combined_dtypes(pipeline: PipelineIR, binding: Binding, at: int) -> tuple[torch.dtype, ...]:
@@ -132,14 +131,6 @@ def fold_commutes(pipeline: PipelineIR) -> tuple[bool, ...]:
     :func:`~.totalize.totalize` gives an operator without identity makes an operator whose law check fails (its
     identity holds only for valid lanes)."""
     return tuple(not s.index and operator_commutes(s) for s in (pipeline.stages[i] for i in _fold_positions(pipeline)))
-
-
-def plan_for(pipeline: PipelineIR, binding: Binding) -> KernelPlan:
-    """The kernel plan for ``pipeline`` as written: its commuting operators and dtype laws read, then the
-    rewrites, then :func:`plan`."""
-    commutes = fold_commutes(pipeline)
-    check_dtypes(pipeline, binding)
-    return plan(totalize(expand(pipeline)), binding, commutes)
 
 
 def plan(pipeline: PipelineIR, binding: Binding, commutes: tuple[bool, ...]) -> KernelPlan:

@@ -15,6 +15,7 @@ from ..scalar.builtins import OPS
 from ..scalar.dtypes import typed_identity
 from ..scalar.ir import Function, JitCall, fold
 from .ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
+from .jit_apply import apply_jit
 from .operators import fold_reduce, fold_scan, identities
 from .verify import builtin_parts, iteration_axes, operator_identity, operator_spec
 
@@ -61,15 +62,11 @@ def _jit_call(expr: JitCall, operands: list) -> torch.Tensor:
     tensors = [t if isinstance(t, torch.Tensor) else torch.tensor(t) for t in operands]
     shape = torch.broadcast_shapes(*(t.shape for t in tensors))
     dtype = promoted_dtype(tensors)
-    if tensors[0].device.type == "meta":
+    device = next((t.device for t in operands if isinstance(t, torch.Tensor)), tensors[0].device)
+    if device.type == "meta":
         return torch.empty(shape, dtype=dtype, device="meta")
     # The meaning of a user @triton.jit function is the function itself: run it alone, elementwise.
-    from ..api import Pipeline
-    from .ir import ZipWith as Z
-    from ..scalar.ir import Arg as A
-    fn = Function(len(tensors), (JitCall(expr.fn, tuple(A(i) for i in range(len(tensors)))),), expr.fn.name)
-    one = Pipeline(PipelineIR((Z(fn),)))
-    return one(*(t.to(dtype).expand(shape) for t in tensors))
+    return apply_jit(expr.fn, [t.to(device=device, dtype=dtype).expand(shape) for t in tensors])
 
 
 def evaluate_function(fn: Function, args: list, after_op: OpHook = _identity) -> list[torch.Tensor]:

@@ -16,7 +16,7 @@ autotuner's configs when tuned, the GPU's compute capability, Triton's version a
 variables Triton's own cache key names, and its debug and instrumentation switches. Anything else misses:
 Triton then compiles (or finds its own cache entry) as usual, and the launch is recorded again.
 
-A record is a folder of the disk cache (:mod:`.store`) holding the kernel's files and a sealed ``record.json``
+A record is a folder of the disk cache (:mod:`tricomb.store`) holding the kernel's files and a sealed ``record.json``
 naming each file with its SHA-256; the seal binds the record to the digest it is kept under. Before a binary is
 handed to Triton, the seal and every file's hash are checked: a record that fails is removed and compiled again.
 """
@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 import triton
 
+from .. import store
 from ..codegen.host import _Launcher
-from . import store
 
 _LOG = logging.getLogger(__name__)
 _RECORD = "record.json"

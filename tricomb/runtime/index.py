@@ -13,7 +13,7 @@ address) only makes the digest differ: a miss, never a wrong module. A
 pipeline calling a user ``@triton.jit`` function is never indexed: the numbers its globals and closures hold
 are copied into the module but named by nothing above.
 
-An entry is sealed (:mod:`.store`): its name is that digest, and its seal binds the name to the content, so an
+An entry is sealed (:mod:`tricomb.store`): its name is that digest, and its seal binds the name to the content, so an
 entry moved to another pipeline's name, edited, or planted is refused. It names its module by name alone (a
 file of ``modules/``), with the module's full SHA-256, which the module must match before it runs.
 """
@@ -31,7 +31,7 @@ import triton
 from ..pipeline.ir import PipelineIR
 from ..pipeline.key import ir_key
 from ..scalar.ir import jit_functions
-from . import store
+from .. import store
 from .loader import load_module, read_module, write_module
 
 

@@ -3,12 +3,12 @@
 A module is always executed from the source tricomb holds in memory, never from what a file says: the text is
 compiled and run with the file's path as its name, and put in :mod:`linecache` under that path, so Triton (which
 reads a ``@triton.jit`` function's source through :mod:`inspect`) sees exactly that text. The file in the disk
-cache (:mod:`.store`, ``modules/``) is for people reading it and for later processes, which find it through
+cache (:mod:`tricomb.store`, ``modules/``) is for people reading it and for later processes, which find it through
 the index and verify it against its hash before it runs.
 
 Triton decides at decoration time whether a ``@triton.jit`` function is interpreted, so one source is loaded
 twice when needed: with the interpreter on (for CPU tensors) and off (for CUDA tensors). The interpreter switch
-is process-wide, so loading holds :data:`SERIAL`.
+is process-wide, so loading holds :data:`~tricomb.serial.SERIAL`.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import hashlib
 import linecache
 import re
 import sys
-import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -24,14 +23,10 @@ import numpy
 import triton
 
 from ..errors import DeviceError
-from . import store, tuning
+from .. import store
+from ..serial import SERIAL
+from . import tuning
 from .lru import LRU
-
-SERIAL = threading.RLock()
-"""Held while tricomb builds or loads a kernel and while Triton's interpreter runs one. The interpreter swaps
-``triton.language``'s functions process-wide for the length of a launch, ``knobs.runtime.interpret`` is
-process-wide, and CPython 3.11's ``ast`` module checks its recursion depth in state that threads share: two
-threads doing any of these at once broke each other (``tests/test_threads.py``)."""
 
 _LOADED: LRU = LRU(256)  # (module name, interpreted) -> module
 _DIGITS = 32  # hex digits of a module's SHA-256 in its name

@@ -26,6 +26,12 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype
 
 
+def kernel_compute_dtype(dtypes) -> torch.dtype:
+    """The float dtype a pipeline's kernel computes in, for inputs of torch dtypes ``dtypes`` (an iterable):
+    float64 when any input is float64, else float32 (float16 and bfloat16 are computed in float32)."""
+    return torch.float64 if torch.float64 in tuple(dtypes) else torch.float32
+
+
 def held_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a kernel holds a value of torch dtype ``dtype`` in: its compute dtype, except that int8, int16
     and uint8 are held in int32 (the module docstring says why)."""

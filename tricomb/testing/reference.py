@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..lower.bind import bind
-from ..lower.fuse import plan_for
-from ..pipeline.evaluate import evaluate_function, reduce_fields, reduce_tensor, scan_fields, scan_tensor
+from ..pipeline.evaluate import (evaluate_fields, evaluate_function, reduce_fields, reduce_tensor, scan_fields,
+                                 scan_tensor)
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import operator_spec
 from ..scalar.builtins import OPS
+from ..scalar.dtypes import kernel_compute_dtype
 from ..scalar.ir import Arg, Call, Const, Function, fold
 from ..scalar.trace import BUILTINS, to_function
 
@@ -137,15 +137,15 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
     """Evaluate ``pipe`` (a Pipeline or PipelineIR) on ``inputs`` as the oracle does: a :class:`Reference`, or
     one per field for a pipeline whose result is a tuple."""
     ir = _ir(pipe)
-    binding, fields = bind(ir, inputs)
-    compute = plan_for(ir, binding).compute_dtype
+    metas = [torch.empty_like(t, device="meta") for t in inputs]  # torch's dtype of every value, alongside
+    fields = evaluate_fields(ir, metas, explain_errors=True)
+    compute = kernel_compute_dtype(t.dtype for t in inputs)
 
     def rounded(t: torch.Tensor) -> torch.Tensor:
         return t.to(compute).to(torch.float64) if t.is_floating_point() else t
 
     # floats are evaluated in float64; integers and bools in their own dtype, exactly as torch computes them
     pending = [t.detach().cpu().to(torch.float64) if t.is_floating_point() else t.detach().cpu() for t in inputs]
-    metas = [torch.empty_like(t, device="meta") for t in inputs]  # torch's dtype of every value, alongside
     values: list[torch.Tensor] = []
     scales: list[torch.Tensor] = []
     kinds: list[torch.Tensor] = []

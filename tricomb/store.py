@@ -43,7 +43,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ArgumentError, CacheWarning
+from .errors import ArgumentError, CacheWarning
 
 KINDS = ("modules", "index", "binaries", "grammar")
 _LEGACY = re.compile(r"tricomb_[0-9a-f]+\.py|grammar-lark.*\.cache|\.tmp_.*")  # an older layout's files
