@@ -19,6 +19,8 @@ def test_wheel_contains_the_grammar_and_parses_from_it(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         assert "tricomb/_grammar/tricomb.lark" in names
+        every = {str(f.relative_to(ROOT)) for f in (ROOT / "tricomb").rglob("*.py") if "__pycache__" not in f.parts}
+        assert every <= set(names), f"the wheel lacks {sorted(every - set(names))}"
         archive.extractall(tmp_path / "site")
     check = ("import tricomb, tricomb.dsl.parser as p; "
              "assert '_grammar' in str(p.grammar_path()), p.grammar_path(); "
