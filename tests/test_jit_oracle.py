@@ -70,7 +70,11 @@ def test_operands_are_computed_in_their_compute_dtype_and_the_result_converted(d
     wide = torch.float32 if dtype.is_floating_point else torch.int64
     want = (a.to(wide) * 3 + b.to(wide)).to(dtype)
     got = _apply(_linear, a, b)
-    assert got.dtype == dtype and torch.equal(got, want)
+    assert got.dtype == dtype
+    if dtype == torch.float32:  # compiled, a * 3 + b may be one fused multiply-add: one rounding fewer
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    else:
+        assert torch.equal(got, want)
 
 
 def test_meta_and_empty_tensors_give_the_promoted_dtype_without_running(no_tricomb_kernels):
