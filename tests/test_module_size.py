@@ -149,5 +149,6 @@ def test_every_helper_the_op_table_names_is_a_device_helper():
             named |= set(re.findall(r"\b(tc_\w+)\(", rendering or ""))
         if spec.index_helpers is not None:
             h = spec.index_helpers
-            named |= {h.arg_step, h.cum_step, *re.findall(r"\b(tc_\w+)\(", h.arg_over)}
+            named |= {name for template in (h.arg_step, h.arg_over, h.cum_step)
+                      for name in re.findall(r"\b(tc_\w+)\(", template)}
     assert named and named <= set(device.definitions), sorted(named - set(device.definitions))

@@ -211,24 +211,26 @@ def _scan_program(w: Writer) -> None:
     ones, which the GPU starts first (blocks start in index order, which CUB's single-pass scan relies on too);
     Triton's interpreter runs programs one by one in that order. (Tiles numbered by an atomic counter, taken
     before the tile's load, made P4 0.851 ms against 0.816 ms so: bench/NOTES.md.)"""
-    with w.block("if LOOKBACK:"):
-        w.line("SPLIT = (K + BLOCK_K - 1) // BLOCK_K", comment="programs per row tile")
-        w.line("tile_id = tl.program_id(0)")
-        w.line("pid = (tile_id // SPLIT).to(tl.int32)")
-        w.line("chunk = (tile_id % SPLIT).to(tl.int32)")
-    with w.block("else:"):
-        w.line("pid = tl.program_id(0)")
-        w.line("chunk = pid * 0")
+    _with_and_without_look_back(w, [("SPLIT = (K + BLOCK_K - 1) // BLOCK_K", "programs per row tile"),
+                                    ("tile_id = tl.program_id(0)", None),
+                                    ("pid = (tile_id // SPLIT).to(tl.int32)", None),
+                                    ("chunk = (tile_id % SPLIT).to(tl.int32)", None)],
+                                ["pid = tl.program_id(0)", "chunk = pid * 0"])
     with w.block("if WIDE:"):
         w.comment("offsets may pass 2**31 - 1: index in int64")
         w.line("pid = pid.to(tl.int64)")
         w.line("chunk = chunk.to(tl.int64)")
+    _with_and_without_look_back(w, [("k_first = chunk * BLOCK_K", None), ("k_stop = k_first + BLOCK_K", None)],
+                                ["k_first = chunk * 0", "k_stop = K"])
+
+
+def _with_and_without_look_back(w: Writer, with_it: list[tuple[str, str | None]], without: list[str]) -> None:
+    """``if LOOKBACK:`` the lines ``with_it`` (each with its comment or None), ``else:`` the lines ``without``."""
     with w.block("if LOOKBACK:"):
-        w.line("k_first = chunk * BLOCK_K")
-        w.line("k_stop = k_first + BLOCK_K")
+        for line, comment in with_it:
+            w.line(line, comment=comment)
     with w.block("else:"):
-        w.line("k_first = chunk * 0")
-        w.line("k_stop = K")
+        w.lines(without)
 
 
 def _scan_tile(w: Writer, ctx: ScalarContext, p: KernelPlan, scan: TileScan, combine: str, values: list[Value],

@@ -298,16 +298,6 @@ def tc_arg_step(av, ai, bv, bi, MAX: tl.constexpr):
 
 
 @triton.jit
-def tc_argmax_step(av, ai, bv, bi):
-    return tc_arg_step(av, ai, bv, bi, True)
-
-
-@triton.jit
-def tc_argmin_step(av, ai, bv, bi):
-    return tc_arg_step(av, ai, bv, bi, False)
-
-
-@triton.jit
 def tc_arg_over(v, i, AXIS: tl.constexpr, MAX: tl.constexpr):
     # torch.argmax (MAX) or torch.argmin along AXIS of (value, index) tiles: the NaN-propagating max or min, then
     # the smallest index holding it (two native reductions: no element-by-element fold in Triton's interpreter)
@@ -325,16 +315,6 @@ def tc_cum_step(av, ai, bv, bi, MAX: tl.constexpr):
     better = (bv >= av) if MAX else (bv <= av)
     take_b = (better | (bv != bv)) & (bi >= 0)
     return tl.where(take_b, bv, av), tl.where(take_b, bi, ai)
-
-
-@triton.jit
-def tc_cummax_step(av, ai, bv, bi):
-    return tc_cum_step(av, ai, bv, bi, True)
-
-
-@triton.jit
-def tc_cummin_step(av, ai, bv, bi):
-    return tc_cum_step(av, ai, bv, bi, False)
 
 
 # --- a look-back's 16-byte status words (tricomb.codegen.lookback) --------------------------------------------

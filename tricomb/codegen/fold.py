@@ -33,6 +33,15 @@ def emit_combine_function(w: Writer, ctx: ScalarContext, name: str, fold: Fold) 
         w.line("return " + ", ".join(f"{r.text}.to({acc_type(fold, j)})" for j, r in enumerate(results)))
 
 
+def emit_step_function(w: Writer, name: str, step: str) -> None:
+    """A ``@triton.jit`` function of two (value, position) pairs applying ``step``, a format string over the
+    four (the op table's :class:`~tricomb.scalar.builtins.IndexHelpers`): the combine ``tl.reduce`` and
+    ``tl.associative_scan`` call with the left pair's fields, then the right one's."""
+    w.line("@triton.jit")
+    with w.block(f"def {name}(av, ai, bv, bi):"):
+        w.line(f"return {step.format('av', 'ai', 'bv', 'bi')}")
+
+
 def acc_type(fold: Fold, j: int = 0) -> str:
     """The ``tl`` dtype accumulator field ``j`` is held in."""
     return tl_dtype(held_dtype(fold.acc_dtypes[j]))

@@ -15,7 +15,7 @@ from ..lower.segments import TileScan
 from ..pipeline.printer import pipeline_text
 from ..scalar.inline import inline_jit_functions
 from ..scalar.ir import jit_functions
-from .fold import emit_combine_function
+from .fold import emit_combine_function, emit_step_function
 from .launcher import emit_launch
 from .scalar import ScalarContext
 from .sources import Definition, closure, imports_for, reads, reserved_names
@@ -98,19 +98,19 @@ def _copy(w: Writer, definitions: list[Definition]) -> None:
 
 
 def _emit_combine_functions(w: Writer, ctx: ScalarContext, p: KernelPlan) -> tuple[str, ...]:
-    """Each fold's combine function, emitted (or the helper the op table names for an argmax/argmin or
-    cummax/cummin step); returns their names, in fold order: ``combine_<operator>`` for the first fold,
+    """Each fold's combine function, emitted (for an argmax/argmin or cummax/cummin, the op table's step on
+    (value, position) pairs); returns their names, in fold order: ``combine_<operator>`` for the first fold,
     ``then_<operator>`` for the reduce fused after a scan."""
     names = []
     for fold, prefix in zip(p.folds, ("combine", "then")):
+        name = f"{prefix}_{fold.operator.name if fold.operator is not None else 'user'}"
         if fold.index:
             helpers = fold.operator.index_helpers
-            name = helpers.cum_step if isinstance(fold, TileScan) else helpers.arg_step
+            emit_step_function(w, name, helpers.cum_step if isinstance(fold, TileScan) else helpers.arg_step)
         else:
-            name = f"{prefix}_{fold.operator.name if fold.operator is not None else 'user'}"
             emit_combine_function(w, ctx, name, fold)
-            w.line()
-            w.line()
+        w.line()
+        w.line()
         names.append(name)
     return tuple(names)
 

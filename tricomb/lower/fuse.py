@@ -172,9 +172,9 @@ def _fold(pipeline: PipelineIR, binding: Binding, at: int, commutes: bool, first
     typed = tuple(typed_identity(e, dtype) for e, dtype in zip(found, acc))  # -1: no position yet
     spec = operator_spec(stage.op)
     if isinstance(stage, Scan):
-        return TileScan(stage, at, combined, acc, typed, spec, commutes)
+        return TileScan(stage, at, combined, acc, typed, spec, commutes=commutes)
     share = _share(pipeline, at, stage) if first else None  # a reduce after a scan takes the scanned tile as it is
-    return TileReduce(stage, at, combined, acc, typed, spec, not stage.index and not commutes, share)
+    return TileReduce(stage, at, combined, acc, typed, spec, ordered=not stage.index and not commutes, share=share)
 
 
 def _share(pipeline: PipelineIR, at: int, stage: Reduce) -> Function | None:

@@ -47,25 +47,18 @@ class Elementwise:
 
 
 @dataclass(frozen=True, slots=True)
-class TileReduce:
-    """The fold of the reduce ``stage`` (pipeline position ``at``) into per-row accumulators.
+class _Fold:
+    """What every fold knows: the reduce or scan ``stage`` at pipeline position ``at``; ``combined_dtypes``,
+    torch's dtype of each stream field after it; ``acc_dtypes``, the compute dtype of each accumulator field;
+    ``identities``, the operator's identity in each accumulator field's dtype (masked lanes hold it);
+    ``operator``, the builtin's table row, or None."""
 
-    ``combined_dtypes``: torch's dtype of each stream field after the reduce; ``acc_dtypes``: the compute dtype
-    of each accumulator field (the values, for argmax/argmin); ``identities``: the operator's identity in each
-    accumulator field's dtype (masked lanes hold it); ``operator``: the builtin's table row, or None.
-    ``ordered``: the operator does not commute, so elements fold in row-major order. ``share``: for a reduce
-    right after its lift map whose operator is an online normalizer's pair, the declared share of an element at
-    a maximum (:func:`~tricomb.pipeline.operators.declare_share`), by which whole tiles fold (the lift is then
-    not computed); else None."""
-
-    stage: Reduce
+    stage: Reduce | Scan
     at: int
     combined_dtypes: tuple[torch.dtype, ...]
     acc_dtypes: tuple[torch.dtype, ...]
     identities: tuple
     operator: OpSpec | None
-    ordered: bool
-    share: Function | None
 
     @property
     def width(self) -> int:
@@ -74,8 +67,22 @@ class TileReduce:
 
     @property
     def index(self) -> bool:
-        """An argmax/argmin: the accumulator pairs each value with its int64 position along the reduced axes."""
+        """An argmax/argmin (the accumulator pairs each value with its int64 position along the reduced axes) or
+        a cummax/cummin (the accumulator's two fields are the values and their int64 positions)."""
         return self.stage.index
+
+
+@dataclass(frozen=True, slots=True)
+class TileReduce(_Fold):
+    """The fold of a reduce into per-row accumulators (for argmax/argmin, ``acc_dtypes`` is the values').
+
+    ``ordered``: the operator does not commute, so elements fold in row-major order. ``share``: for a reduce
+    right after its lift map whose operator is an online normalizer's pair, the declared share of an element at
+    a maximum (:func:`~tricomb.pipeline.operators.declare_share`), by which whole tiles fold (the lift is then
+    not computed); else None."""
+
+    ordered: bool = False
+    share: Function | None = None
 
     @property
     def per_row(self) -> bool:
@@ -85,30 +92,12 @@ class TileReduce:
 
 
 @dataclass(frozen=True, slots=True)
-class TileScan:
-    """The fold of the scan ``stage`` (pipeline position ``at``), tile by tile, carrying each row's prefix.
+class TileScan(_Fold):
+    """The fold of a scan, tile by tile, carrying each row's prefix (a cummax/cummin's second field is its int64
+    positions, identity -1). ``commutes``: the operator commutes (and is not a cummax/cummin), so a tile's
+    aggregate may fold as a tree."""
 
-    ``combined_dtypes``, ``acc_dtypes``, ``identities`` and ``operator`` as for :class:`TileReduce` (a
-    cummax/cummin's second field is its int64 positions, identity -1). ``commutes``: the operator commutes (and
-    is not a cummax/cummin), so a tile's aggregate may fold as a tree."""
-
-    stage: Scan
-    at: int
-    combined_dtypes: tuple[torch.dtype, ...]
-    acc_dtypes: tuple[torch.dtype, ...]
-    identities: tuple
-    operator: OpSpec | None
-    commutes: bool
-
-    @property
-    def width(self) -> int:
-        """How many fields the operator combines (2 for cummax/cummin: values and positions)."""
-        return len(self.acc_dtypes)
-
-    @property
-    def index(self) -> bool:
-        """A cummax/cummin: the accumulator's two fields are the values and their int64 positions along the axis."""
-        return self.stage.index
+    commutes: bool = False
 
 
 Fold = Union[TileReduce, TileScan]

@@ -20,9 +20,10 @@ import torch.nn.functional as F
 
 @dataclass(frozen=True, slots=True)
 class IndexHelpers:
-    """The device helpers that fold an operator's values paired with positions: ``arg_step`` and ``cum_step``
-    name the combine functions of (value, index) pairs for its argmax/argmin and its cummax/cummin; ``arg_over``
-    is a format string folding a values tile ``{0}`` and its indices ``{1}`` along an axis ``{2}`` natively."""
+    """The device helpers that fold an operator's values paired with positions, as format strings: ``arg_step``
+    and ``cum_step`` combine two (value, index) pairs ``({0}, {1})`` and ``({2}, {3})`` for its argmax/argmin
+    and its cummax/cummin; ``arg_over`` folds a values tile ``{0}`` and its indices ``{1}`` along an axis ``{2}``
+    natively."""
 
     arg_step: str
     arg_over: str
@@ -205,12 +206,14 @@ _TABLE: list[OpSpec] = [
             ("tc_maximum",), associative=True, commutative=True, identity=-math.inf,
             reduce_ref=_nan_max, scan_ref=lambda x, d: torch.cummax(x, dim=d).values,
             tile_reduce="tc_extreme_over({0}, {1}, True)",
-            index_helpers=IndexHelpers("tc_argmax_step", "tc_arg_over({0}, {1}, {2}, True)", "tc_cummax_step")),
+            index_helpers=IndexHelpers("tc_arg_step({0}, {1}, {2}, {3}, True)", "tc_arg_over({0}, {1}, {2}, True)",
+                                       "tc_cum_step({0}, {1}, {2}, {3}, True)")),
     _binary("minimum", _tensor_args(torch.minimum), "tc_minimum({0}, {1})", "smaller of a and b; NaN if either is NaN",
             ("tc_minimum",), associative=True, commutative=True, identity=math.inf,
             reduce_ref=_nan_min, scan_ref=lambda x, d: torch.cummin(x, dim=d).values,
             tile_reduce="tc_extreme_over({0}, {1}, False)",
-            index_helpers=IndexHelpers("tc_argmin_step", "tc_arg_over({0}, {1}, {2}, False)", "tc_cummin_step")),
+            index_helpers=IndexHelpers("tc_arg_step({0}, {1}, {2}, {3}, False)", "tc_arg_over({0}, {1}, {2}, False)",
+                                       "tc_cum_step({0}, {1}, {2}, {3}, False)")),
     _binary("logaddexp", _tensor_args(torch.logaddexp), "tc_logaddexp({0}, {1})", "log(exp(a) + exp(b)), without overflow",
             ("tc_logaddexp",), associative=True, commutative=True, identity=-math.inf,
             reduce_ref=lambda x, dims: torch.logsumexp(x, dim=dims), scan_ref=lambda x, d: torch.logcumsumexp(x, d)),
