@@ -43,14 +43,12 @@ class Binding:
     device_type: str
     dtypes: tuple[torch.dtype, ...]
     ranks: tuple[int, ...]
-    joins_after: tuple[bool, ...]  # per input: joins after the reduce/scan
     rank: int  # rank of the iteration space
     axes: tuple[int, ...]  # reduced or scanned dimensions of the iteration space
     groups: tuple[Group, ...]  # in the order the kernel walks them, outer to inner
     out_dtypes: tuple[torch.dtype, ...]  # per result field
     out_orders: tuple[tuple[int, ...], ...]  # per result field: torch's memory order of its dimensions
     default_dtype: torch.dtype  # torch.get_default_dtype(): the dtype of Python floats meeting integers
-    joins_late: tuple[bool, ...] = ()  # per input: joins after the reduce that follows a scan (a fused pair)
 
 
 def combine_stage(pipeline: PipelineIR, start: int = 0) -> tuple[int, Reduce | Scan | None]:
@@ -306,8 +304,8 @@ def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Fie
     strides += [iteration_strides(o, shape, True, final, axes) for o in outs]
     order = _iteration_order(fields, len(shape), stage, axes, strides[0])
     binding = Binding(tensors[0].device.type, tuple(t.dtype for t in tensors), tuple(t.dim() for t in tensors),
-                      after, len(shape), axes, coalesce(shape, axes, strides, order), tuple(f.dtype for f in fields),
-                      tuple(f.order for f in fields), torch.get_default_dtype(), late if then else ())
+                      len(shape), axes, coalesce(shape, axes, strides, order), tuple(f.dtype for f in fields),
+                      tuple(f.order for f in fields), torch.get_default_dtype())
     return binding, fields
 
 

@@ -24,7 +24,8 @@ from ..pipeline.ir import PipelineIR
 from ..scalar.inline import globals_key
 from ..scalar.ir import jit_functions
 from . import binaries, index
-from .loader import SERIAL, load_module
+from ..serial import SERIAL
+from .loader import load_module
 from .lru import LRU
 
 _OVERRIDES: contextvars.ContextVar[dict] = contextvars.ContextVar("tricomb_schedule_overrides", default={})
@@ -134,7 +135,7 @@ class PipelineCache:
 
 
 def _quiet(start):
-    """For the interpreter: one launch at a time in the process (:data:`~.loader.SERIAL`). Masked-off lanes of
+    """For the interpreter: one launch at a time in the process (:data:`~tricomb.serial.SERIAL`). Masked-off lanes of
     its numpy arrays compute log(0), 0/0, ...; nothing reads them. And Triton 3.6's interpreter calls int() on
     1-element arrays, which numpy 1.25 to 2.3 warn of (an error under ``-W error``); its result is right."""
     def run(*tensors, out=None):

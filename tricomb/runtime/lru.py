@@ -11,7 +11,7 @@ class LRU(OrderedDict):
 
     Used for what a process keeps in memory per pipeline and per module, so that a long-running process building
     many pipelines or layouts holds a bounded number of kernels. Not thread-safe by itself: its users hold
-    :data:`tricomb.runtime.loader.SERIAL` while they write."""
+    :data:`tricomb.serial.SERIAL` while they write."""
 
     def __init__(self, limit: int):
         super().__init__()
