@@ -99,3 +99,44 @@ def test_a_changed_global_is_read_again(no_tricomb_kernels):
 def test_the_oracle_matches_the_compiled_pipeline(device):
     x, y = torch.randn(257, device=device), torch.randn(257, device=device)
     torch.testing.assert_close(tc.zip_with(_outer)(x, y), _apply(_outer, x, y))
+
+
+@triton.jit
+def _twice_halved(x):
+    return (x * 2) >> 1
+
+
+@triton.jit
+def _mix(x):
+    h = x * 0x45D9F3B
+    return h ^ (h >> 16)
+
+
+@pytest.mark.parametrize("fn, dtype, values", [
+    (_twice_halved, torch.int8, [1, 100, 120, 127, -100]),
+    (_twice_halved, torch.int16, [256, 25600, 30720, 32512, -30000]),
+    (_mix, torch.int32, [1000 * k for k in range(1, 9)]),
+])
+def test_integer_arguments_are_computed_in_their_own_dtype(fn, dtype, values, device):
+    """Integers reach a user function in their own dtype, as Triton computes on them (an int8 product wraps in
+    int8, an int32 one in int32), in the kernel and in the oracle alike."""
+    x = torch.tensor(values, dtype=dtype, device=device)
+    if fn is _twice_halved:
+        want = torch.bitwise_right_shift(x * 2, 1)
+    else:
+        h = x * 0x45D9F3B
+        want = h ^ torch.bitwise_right_shift(h, 16)
+    assert torch.equal(_apply(fn, x), want)
+    assert torch.equal(tc.map(fn)(x), want)
+
+
+@triton.jit
+def _abs_by_bits(x):
+    return (x.to(tl.int32, bitcast=True) & 0x7FFFFFFF).to(tl.float32, bitcast=True)
+
+
+def test_a_function_the_reference_cannot_run_says_why(no_tricomb_kernels):
+    """The reference computes floats in float64; a function that bitcasts float32 bits cannot run there, and says
+    so as a tricomb error naming the function (never Triton's own error)."""
+    with pytest.raises(tc.UnsupportedError, match="could not run the @triton.jit function '_abs_by_bits' on float64"):
+        _apply(_abs_by_bits, torch.randn(5, dtype=torch.float64))

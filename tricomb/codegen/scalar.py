@@ -133,6 +133,15 @@ def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | 
     return f"{text}.to({tl_dtype(target)})"  # (then widening an integer is exact)
 
 
+def _jit_argument(text: str, dtype: torch.dtype) -> str:
+    """An operand of a user ``@triton.jit`` function, ``text`` (held for an op of torch dtype ``dtype``), in the
+    dtype the function computes on: integers and bools in ``dtype`` itself, as Triton computes on them (int8 and
+    int32 wrap in their own width), floats in their compute dtype (half types in float32: Triton's interpreter
+    computes them wrongly)."""
+    target = compute_dtype(dtype)
+    return text if arith_dtype(dtype) == target else f"({text}).to({tl_dtype(target)})"
+
+
 # Integer ops of these torch dtypes are computed one size up, where they cannot overflow, and wrapped back with
 # bitwise arithmetic (see _wrap): overflow in the narrow type itself is undefined to LLVM.
 _WIDER = {torch.int8: torch.int32, torch.int16: torch.int32, torch.uint8: torch.int32, torch.int32: torch.int64}
@@ -222,9 +231,12 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
                          fn.location) from None
     helper_call = isinstance(expr, JitCall) or bool(OPS[expr.op].helpers)
     no_tensor = not any(isinstance(o, Value) for o in operands[-2:])
+    targets = _targets(expr, operands, dtype)
     texts = [o.text if isinstance(o, Value) and t is None else
              _operand(ctx, o, t, fill_shape if helper_call or no_tensor else None)
-             for o, t in zip(operands, _targets(expr, operands, dtype))]
+             for o, t in zip(operands, targets)]
+    if isinstance(expr, JitCall):
+        texts = [_jit_argument(text, t) for text, t in zip(texts, targets)]
     if isinstance(expr, Call) and expr.op == "pow" and not dtype.is_floating_point:
         raise DTypeError(f"pow of integers is not supported yet in function {fn.name!r}; make one operand a "
                          "float (x * 1.0)", fn.location)

@@ -8,8 +8,8 @@ tricomb's kernel planning or code generation takes part, so the oracle of a pipe
 does not depend on the kernels it checks.
 
 The numbers follow the kernel's rule for such a call: the operands arrive in their promoted dtype and are
-computed in its compute dtype (:func:`~tricomb.scalar.dtypes.held_dtype`: float16 and bfloat16 in float32,
-int8, int16 and uint8 in int32); the result is stored in float32 for float16 and bfloat16 and in int64 for
+computed in its compute dtype (:func:`~tricomb.scalar.dtypes.compute_dtype`: float16 and bfloat16 in float32,
+integers and bools in their own dtype, as Triton computes on them); the result is stored in float32 for float16 and bfloat16 and in int64 for
 integers, then converted by torch (which rounds to bfloat16 to nearest even, where the interpreter's own
 conversion truncates, and wraps integers as the kernel does).
 """
@@ -24,11 +24,14 @@ import numpy
 import torch
 import triton
 import triton.language as tl
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import InterpreterError
 # Interpreting Triton's own functions (a tl.sigmoid the user's function calls) patches triton.language.core;
 # with it visible from the launched kernel's module, the interpreter also restores it after each launch.
 from triton.language import core as tl_core  # noqa: F401
 
-from ..scalar.dtypes import compute_dtype, held_dtype
+from ..errors import UnsupportedError
+from ..scalar.dtypes import compute_dtype
 from ..scalar.inline import globals_key, inline_jit_functions
 from ..scalar.ir import JitRef
 from ..serial import SERIAL
@@ -88,8 +91,8 @@ def apply_jit(ref: JitRef, operands: list[torch.Tensor]) -> torch.Tensor:
     (CPU, through Triton's interpreter, or CUDA), its arguments in order. Returns a new tensor of that shape
     and dtype. Raises InlineError or UnsupportedError where the function cannot be copied."""
     first = operands[0]
-    held = held_dtype(first.dtype)
-    stacked = torch.stack([o.to(held).reshape(-1) for o in operands], dim=-1).contiguous()
+    computed = compute_dtype(first.dtype)
+    stacked = torch.stack([o.to(computed).reshape(-1) for o in operands], dim=-1).contiguous()
     out = torch.empty(first.numel(), dtype=_result_dtype(first.dtype), device=first.device)
     if first.numel():
         _launch(ref, stacked, out)
@@ -102,7 +105,14 @@ def _launch(ref: JitRef, stacked: torch.Tensor, out: torch.Tensor) -> None:
     block = min(triton.next_power_of_2(n), _BLOCK[stacked.device.type])
     with SERIAL, _quiet() if interpret else torch.cuda.device(stacked.device):
         fn = _load(globals_key([ref]), ref, interpret)
-        _kernel(interpret)[(triton.cdiv(n, block),)](out, stacked, n, FN=fn, ARITY=arity, BLOCK=block)
+        try:
+            _kernel(interpret)[(triton.cdiv(n, block),)](out, stacked, n, FN=fn, ARITY=arity, BLOCK=block)
+        except (CompilationError, InterpreterError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise UnsupportedError(f"the torch reference could not run the @triton.jit function {ref.name!r} on "
+                                   f"{str(stacked.dtype)[6:]} values ({type(exc).__name__}: {first}); the reference "
+                                   "computes floats in float64, so a function that needs float32 bits (a bitcast) "
+                                   "cannot be checked by it") from exc
 
 
 @contextlib.contextmanager
