@@ -47,7 +47,6 @@ class Unit:
     tensors: tuple
     out: object = None
     binding: Binding | None = None
-    fields: tuple | None = None  # per result field, its shape, strides and dtype (:class:`~.lower.bind.Field`)
     stages: PipelineIR | None = None
     plan: KernelPlan | None = None
     source: str | None = None
@@ -64,8 +63,8 @@ class Pass:
 
 
 def _bind(unit: Unit) -> Unit:
-    binding, fields = bind(unit.pipeline, unit.tensors, unit.out)
-    return dataclasses.replace(unit, binding=binding, fields=fields, stages=unit.pipeline)
+    binding, _ = bind(unit.pipeline, unit.tensors, unit.out)
+    return dataclasses.replace(unit, binding=binding, stages=unit.pipeline)
 
 
 def _check_dtypes(unit: Unit) -> Unit:

@@ -97,7 +97,7 @@ def _accumulate(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[str]
     tiles = fields("step", fold.width)
     for tile, step in zip(tiles, steps):
         w.line(f"{tile} = {step}")
-    fold_in_order(w, ctx, fold, accs, tiles, "BLOCK_K", combine)
+    fold_in_order(w, fold, accs, tiles, "BLOCK_K", combine)
 
 
 def _finish(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: TileReduce, combine: str, accs: list[str],
@@ -244,12 +244,12 @@ def _scan_tile(w: Writer, ctx: ScalarContext, p: KernelPlan, scan: TileScan, com
         w.line(f"{tile} = {masked}")
     if scan.commutes:
         with w.block("if LOOKBACK:"):
-            emit_publish_aggregate(w, look_back, tree_aggregate(ctx, scan, tiles, combine))
+            emit_publish_aggregate(w, look_back, tree_aggregate(scan, tiles, combine))
     w.line(f"{', '.join(within)} = {tile_scan(scan, packed(tiles), 1, combine)}", comment="the scan within the tile")
     with w.block("if LOOKBACK:"):
         if not scan.commutes:
-            emit_publish_aggregate(w, look_back, last_column(ctx, scan, within))
-        emit_look_back(w, ctx, look_back, combine)
+            emit_publish_aggregate(w, look_back, last_column(scan, within))
+        emit_look_back(w, look_back, combine)
     w.line(f"{', '.join(scanned)} = {combine}({', '.join(f'{c}[:, None]' for c in carries)}, {', '.join(within)})")
     with w.block("if not LOOKBACK:"):
         w.comment("the row's prefix so far, for the next tile (with LOOKBACK there is none)")

@@ -56,7 +56,7 @@ def packed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"({', '.join(names)})"
 
 
-def tile_reduce(ctx: ScalarContext, fold: Fold, tile: str, axis: int, combine: str) -> str:
+def tile_reduce(fold: Fold, tile: str, axis: int, combine: str) -> str:
     """The expression folding ``tile`` (a name, or a tuple of field names) along ``axis`` with the operator."""
     spec = fold.operator
     if spec is None or spec.tile_reduce is None:
@@ -95,7 +95,7 @@ def masked_fields(ctx: ScalarContext, fold: Fold, values: list[Value], mask: str
             for j, v in enumerate(values)]
 
 
-def fold_in_order(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[str], tiles: list[str], width: str,
+def fold_in_order(w: Writer, fold: TileReduce, accs: list[str], tiles: list[str], width: str,
                   combine: str) -> None:
     """For an operator that does not commute: ``accs`` (one value per row) combined with the tiles' elements in
     order, as the tile's inclusive scan (which keeps the order) read at its last column."""
@@ -110,7 +110,7 @@ def reduce_tile(ctx: ScalarContext, fold: TileReduce, tiles: list[str], combine:
     """Fold the accumulator tiles (and ``<tile>_i``, the positions, for argmax/argmin) along axis 1."""
     if fold.index:
         return fold.operator.index_helpers.arg_over.format(tiles[0], f"{tiles[0]}_i", 1)
-    return tile_reduce(ctx, fold, packed(tiles), 1, combine)
+    return tile_reduce(fold, packed(tiles), 1, combine)
 
 
 _PARTS = 256  # partials the last program folds per step
@@ -168,7 +168,7 @@ def _fold_partials(w: Writer, ctx: ScalarContext, fold: TileReduce, combine: str
             w.line(f'partial_i = tl.load({PARTIAL_INDEX} + part_at, mask=part_mask, other={NO_INDEX}, '
                    'cache_modifier=".cg")')
         if fold.ordered:
-            fold_in_order(w, ctx, fold, accs, partials, str(_PARTS), combine)
+            fold_in_order(w, fold, accs, partials, str(_PARTS), combine)
         else:
             w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + partials + (['partial_i'] if fold.index else []))})")
     return accs

@@ -36,7 +36,6 @@ from ..scalar.dtypes import held_dtype
 from .fold import acc_type, identity_text, packed, tile_reduce, tile_scan
 from .kernel import fields, scalar_where
 from .scratch import FLAGS, aggregates as aggregate_buffers, prefixes as prefix_buffers
-from .scalar import ScalarContext
 from .writer import Writer
 
 _LOW = "0xFFFFFFFF"
@@ -146,16 +145,16 @@ def _window_fold(w: Writer, scan: TileScan, combine: str) -> list[str]:
     return window
 
 
-def tree_aggregate(ctx: ScalarContext, scan: TileScan, tiles: list[str], combine: str) -> list[str]:
+def tree_aggregate(scan: TileScan, tiles: list[str], combine: str) -> list[str]:
     """The tile's aggregate folded as a tree, for an operator that commutes: emitted before the tile's own scan,
     so that successors waiting on it need not wait for that scan too (P4's prototype: 0.757 -> 0.696 ms,
     ``bench/experiments/lookback_variants.py``, SUM_FIRST). Its rounding can differ from the scan's last column
     (a float sum's last bit), so a tile's successors may start from a prefix one ulp off the tile's own last
     output (docs/numerics.md)."""
-    return [tile_reduce(ctx, scan, packed(tiles), 1, combine)]
+    return [tile_reduce(scan, packed(tiles), 1, combine)]
 
 
-def last_column(ctx: ScalarContext, scan: TileScan, within: list[str]) -> list[str]:
+def last_column(scan: TileScan, within: list[str]) -> list[str]:
     """The tile's aggregate in order, for an operator that does not commute: the last column of its scan
     ``within`` (``tl.reduce`` on the GPU does not keep order)."""
     return [f"tc_last({scanned}, BLOCK_K)" for scanned in within]
@@ -178,7 +177,7 @@ def emit_publish_aggregate(w: Writer, segment: LookBack, folded: list[str]) -> N
     _publish(w, scan, aggregates, prefix=False)
 
 
-def emit_look_back(w: Writer, ctx: ScalarContext, segment: LookBack, combine: str) -> None:
+def emit_look_back(w: Writer, segment: LookBack, combine: str) -> None:
     """The look-back segment's second part, inside ``if LOOKBACK:``, after the tile's own scan: set the carries
     to the exclusive prefix of the tile (every element of the row before it) and publish the tile's inclusive
     prefix (unless ``PUBLISH_PREFIX`` is off, which tests use to walk back over aggregates alone). Uses ``slot``
