@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tricomb as tc
-from tricomb.scalar.builtins import OPS
+from tricomb.scalar.builtins import PUBLIC as OPS  # the rows users name (internal ones are the expand pass's)
 from tricomb.testing import assert_matches_torch
 
 inf, nan = math.inf, math.nan
@@ -124,3 +124,38 @@ def test_maximum_propagates_nan_unlike_triton(device):
     b = torch.tensor([math.nan, 2.0, 1.0], device=device)
     got = tc.zip_with(tc.maximum)(a, b).cpu()
     assert math.isnan(got[0]) and math.isnan(got[1]) and got[2] == 3.0
+
+
+def test_internal_rows_are_not_public():
+    """The rows the expand pass writes (conversions, the position and count leaves) are no user's builtins."""
+    from tricomb.errors import ParseError
+    from tricomb.scalar.builtins import OPS as ALL
+    internal = [name for name, spec in ALL.items() if spec.internal]
+    assert {"position", "count", "to_int8"} <= set(internal)
+    for name in internal:
+        assert not hasattr(tc, name)
+        with pytest.raises(ParseError):
+            tc.parse(f"map {name}")
+
+
+@pytest.mark.parametrize("name", ["argmax", "argmin", "cummax", "cummin"])
+def test_tuple_operator_meaning_is_torch(name):
+    """Each builtin operator on (value, position) pairs, its scalar function folded left to right over a row
+    with ties, NaN and infinities, gives torch's argmax/argmin (last fold) or cummax/cummin (every prefix)."""
+    from tricomb.pipeline.evaluate import evaluate_function
+    from tricomb.scalar.builtins import TUPLE_OPS
+    spec = TUPLE_OPS[name]
+    row = torch.tensor([1.0, 3.0, -math.inf, 3.0, math.nan, 2.0, math.nan, math.inf, 3.0], dtype=torch.float64)
+    for values in (row, row[[0, 1, 3, 5, 7, 8]], -row):
+        acc = [torch.tensor(spec.identity[0], dtype=values.dtype), torch.tensor(spec.identity[1])]
+        prefix_values, prefix_positions = [], []
+        for i, v in enumerate(values):
+            acc = evaluate_function(spec.function, acc + [v, torch.tensor(i)])
+            prefix_values.append(acc[0])
+            prefix_positions.append(acc[1])
+        if name.startswith("arg"):
+            assert int(acc[1]) == int(getattr(torch, name)(values))
+        else:
+            want = getattr(torch, name)(values, 0)
+            torch.testing.assert_close(torch.stack(prefix_values), want.values, equal_nan=True)
+            assert torch.equal(torch.stack(prefix_positions), want.indices)

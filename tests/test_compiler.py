@@ -6,6 +6,7 @@ import torch
 import tricomb as tc
 from tricomb import compiler
 from tricomb.errors import ArgumentError
+from tricomb.testing import assert_matches_torch
 
 PIPELINES = {
     "map": (tc.map(tc.exp), (torch.ones(5),)),
@@ -55,8 +56,74 @@ def test_rewrites_show_the_core_stages():
     assert "nanmean" in shown["check_dtypes"]
     assert "split_nan" in shown["expand"] and "nanmean" not in shown["expand"]
     record = []
+    compiler.lower(tc.parse("argmax").ir, (torch.ones(4),), record=record)
+    assert "with_position" in dict(record)["expand"] and "argmax(" not in dict(record)["expand"]
+    record = []
     compiler.lower(tc.reduce(lambda a, b: a).ir, (torch.ones(4),), record=record)
     assert "with_valid_flag" in dict(record)["totalize"]
+
+
+def _values(shape, dtype=torch.float32) -> torch.Tensor:
+    """Random values of ``dtype``; floats with a NaN and repeated values (ties for the index folds)."""
+    g = torch.Generator().manual_seed(7)
+    if not dtype.is_floating_point:
+        return torch.randint(-100, 100, shape, generator=g).to(dtype)
+    x = torch.randint(-3, 4, shape, generator=g).to(dtype) * 0.5
+    x.view(-1)[1] = float("nan")
+    return x
+
+
+DERIVED = {  # each derived stage, on inputs it takes
+    "mean(axis=1)": _values((3, 4), torch.float16),
+    "mean(dtype=float64)": _values((3, 4)),
+    "nanmean(axis=0)": _values((3, 4)),
+    "nansum(axis=1)": _values((3, 4)),
+    "nansum(dtype=int8)": _values((3, 4), torch.int32),
+    "sum(dtype=int16)": _values((3, 4), torch.int8),
+    "prod(dtype=float64)": _values((3, 4)),
+    "argmax(axis=1)": _values((3, 4)),
+    "argmin": _values((3, 4), torch.int8),
+    "cumsum(dtype=int8)": _values((3, 4), torch.int32),
+    "cummax(axis=0)": _values((3, 4)),
+    "cummin(reverse=True)": _values((3, 4)),
+    "map exp | mean | map neg": _values((5,)),
+}
+
+
+def _derived_flags(stage) -> dict:
+    return {name: getattr(stage, name) for name in ("mean", "index", "skip_nan", "dtype")
+            if getattr(stage, name, None) not in (None, False)}
+
+
+@pytest.mark.parametrize("text", DERIVED)
+def test_expand_leaves_only_core_stages(text):
+    """After ``expand``, no stage is a derived one: every reduce and scan is its operator alone, and the
+    result is torch's."""
+    x = DERIVED[text]
+    unit = compiler.lower(tc.parse(text).ir, (x,), until="expand")
+    assert unit.pipeline.stages != unit.stages.stages
+    assert [_derived_flags(s) for s in unit.stages.stages] == [{}] * len(unit.stages.stages)
+    assert_matches_torch(tc.parse(text), x)
+
+
+def test_no_pass_after_expand_reads_a_derived_flag():
+    """The planner and the emitters never read ``mean``, ``index``, ``skip_nan`` or a stage's ``dtype``: the
+    expand pass has rewritten them away."""
+    import ast
+    import pathlib
+    root = pathlib.Path(tc.__file__).parent
+    files = [root / "lower" / n for n in ("fuse.py", "segments.py", "totalize.py")] + \
+        sorted((root / "codegen").glob("*.py"))
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("mean", "index", "skip_nan") and \
+                    isinstance(node.value, ast.Attribute) and node.value.attr == "stage":
+                found.append(f"{path.name}:{node.lineno} .stage.{node.attr}")
+            if isinstance(node, ast.Attribute) and node.attr == "dtype" and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr == "stage":
+                found.append(f"{path.name}:{node.lineno} .stage.dtype")
+    assert found == []
 
 
 def test_dump_hook_writes_the_named_passes(monkeypatch, capsys):

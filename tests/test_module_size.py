@@ -138,17 +138,17 @@ def test_no_string_literal_in_tricomb_holds_more_than_one_line_of_code():
 
 
 def test_every_helper_the_op_table_names_is_a_device_helper():
-    """The op table names helpers by name (its ``helpers``, ``index_helpers`` and the calls in its renderings):
-    each is a definition of tricomb/codegen/device.py."""
-    from tricomb.scalar.builtins import OPS
+    """The op table names helpers by name (its ``helpers`` and the calls in its renderings, of scalar ops and of
+    operators on tuples): each is a definition of tricomb/codegen/device.py."""
+    from tricomb.scalar.builtins import OPS, TUPLE_OPS
     device, _, _ = sources.runtime_libraries()
     named = set()
     for spec in OPS.values():
         named |= set(spec.helpers)
         for rendering in (spec.triton, spec.integer, spec.tile_reduce, spec.tile_scan):
             named |= set(re.findall(r"\b(tc_\w+)\(", rendering or ""))
-        if spec.index_helpers is not None:
-            h = spec.index_helpers
-            named |= {name for template in (h.arg_step, h.arg_over, h.cum_step)
-                      for name in re.findall(r"\b(tc_\w+)\(", template)}
+    for spec in TUPLE_OPS.values():
+        named |= set(spec.helpers)
+        for rendering in (spec.combine, spec.tile_reduce):
+            named |= set(re.findall(r"\b(tc_\w+)\(", rendering or ""))
     assert named and named <= set(device.definitions), sorted(named - set(device.definitions))

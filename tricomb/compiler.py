@@ -10,7 +10,8 @@ The passes, in order (:data:`PASSES`):
   and the result's shape; refuses inputs the pipeline cannot take, before anything runs;
 * ``check_dtypes``: each reduce and scan operator's laws hold in the dtypes it combines (on the stages as
   written, before any rewrite);
-* ``expand``: derived stages (nanmean) become core ones;
+* ``expand``: derived stages (mean, nanmean, nansum, argmax/argmin, cummax/cummin, ``dtype=``) become core
+  stages and scalar functions, so no later pass knows their names;
 * ``totalize``: an operator without an identity gets a validity flag, which makes it total;
 * ``fuse``: the kernel plan, a sequence of segments;
 * ``emit``: the Python source of the standalone kernel module.
@@ -31,7 +32,7 @@ from .codegen.strategies import describe
 from .errors import ArgumentError
 from .lower.bind import Binding, bind
 from .lower.expand import expand
-from .lower.fuse import KernelPlan, check_dtypes, fold_commutes, plan
+from .lower.fuse import KernelPlan, check_dtypes, plan
 from .lower.totalize import totalize
 from .pipeline.ir import PipelineIR
 from .pipeline.printer import pipeline_text
@@ -79,9 +80,12 @@ def _rewrite(rule: Callable[[PipelineIR], PipelineIR]) -> Callable[[Unit], Unit]
     return run
 
 
+def _expand(unit: Unit) -> Unit:
+    return dataclasses.replace(unit, stages=expand(unit.stages, unit.binding))
+
+
 def _fuse(unit: Unit) -> Unit:
-    # which operators commute is read from the stages as written: a validity flag's operator fails the law check
-    return dataclasses.replace(unit, plan=plan(unit.stages, unit.binding, fold_commutes(unit.pipeline)))
+    return dataclasses.replace(unit, plan=plan(unit.stages, unit.pipeline, unit.binding))
 
 
 def _emit(unit: Unit) -> Unit:
@@ -107,7 +111,7 @@ def _checked_text(unit: Unit) -> str:
 PASSES: tuple[Pass, ...] = (
     Pass("bind", _bind, _binding_text),
     Pass("check_dtypes", _check_dtypes, _checked_text),
-    Pass("expand", _rewrite(expand), _stages_text),
+    Pass("expand", _expand, _stages_text),
     Pass("totalize", _rewrite(totalize), _stages_text),
     Pass("fuse", _fuse, lambda unit: describe(unit.plan)),
     Pass("emit", _emit, lambda unit: unit.source),

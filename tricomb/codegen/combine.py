@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
 
 from ..lower.bind import input_stages
 from ..lower.fuse import KernelPlan
 from ..lower.segments import Elementwise, Fold, LookBack, Store, Ticket, TileReduce, TileScan
 from ..pipeline.printer import stage_text
-from .fold import (NO_INDEX, acc_type, emit_last_program, fold_in_order, identity_text, masked_fields, packed,
-                   reduce_tile, tile_scan, to_accumulator)
-from .kernel import emit_loads, emit_offsets, emit_stages, fields, first_stream, program_ids, store
+from .fold import (acc_type, emit_last_program, fold_in_order, identity_text, masked_fields, reduce_tile,
+                   tile_scan, to_accumulator)
+from .kernel import (POSITION, emit_loads, emit_offsets, emit_stages, fields, first_stream, program_ids, store,
+                     uses_position)
 from .lookback import emit_look_back, emit_publish_aggregate, last_column, tree_aggregate
 from .scalar import ScalarContext, Value, emit_function
 from .writer import Writer
@@ -61,7 +61,7 @@ def _fold_max_first(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[
     combine's would be.)"""
     w.comment("the tile taken in max first (the operator's declared share): per row its largest element, then the")
     w.comment("sum of each element's share at that maximum, joined to the row's pair by the combine")
-    w.line(f"element = tl.where(mask, {to_accumulator(ctx, fold, values[0], 0)}, {identity_text(fold, 0)})")
+    w.line(f"element = tl.where(mask, {to_accumulator(fold, values[0], 0)}, {identity_text(fold, 0)})")
     w.line("tile_max = tl.reduce(element, 1, tl.standard._elementwise_max)")
     args = [Value("tile_max[:, None]", fold.acc_dtypes[0]), Value("element", fold.acc_dtypes[0])]
     share = emit_function(w, ctx, fold.share, args, "[BLOCK_M, BLOCK_K]")[0]
@@ -90,7 +90,7 @@ def _accumulate(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[str]
     if fold.share is not None:
         _fold_max_first(w, ctx, fold, accs, values, combine)
         return
-    steps = masked_fields(ctx, fold, values, "mask")
+    steps = masked_fields(fold, values, "mask")
     if not fold.ordered:
         w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + steps)})")
         return
@@ -105,7 +105,7 @@ def _finish(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: TileReduce, comb
     """After the loop over K: each row's total from the accumulators ``accs`` of ``fold``; when the constexpr
     ``split`` holds, rows are shared by programs and the last one finishes them (the fold's
     :class:`~tricomb.lower.segments.Ticket`, this program being part ``part`` of row tile ``ticket``); then a
-    mean's division, the stages after the reduce and the store."""
+    the stages after the reduce and the store."""
     totals = fields("total", fold.width)
     if fold.per_row:
         for j, (t, acc) in enumerate(zip(totals, accs)):
@@ -113,14 +113,12 @@ def _finish(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: TileReduce, comb
                    comment="one use of the loop's result (Triton 3.6's thread-locality pass asserts it)" if j == 0
                    else None)
     else:
-        w.line(f"{'total, total_i' if fold.index else ', '.join(totals)} = {reduce_tile(ctx, fold, accs, combine)}")
+        w.line(f"{', '.join(totals)} = {reduce_tile(fold, accs, combine)}")
     with w.block(f"if {split}:"):
-        emit_last_program(w, ctx, p.following(fold, Ticket), combine, totals, part, ticket)
+        emit_last_program(w, p.following(fold, Ticket), combine, totals, part, ticket)
     with w.block("else:"):
         w.line("keep = row_mask")
-    if fold.stage.mean:
-        w.line("total = total / K", comment="mean: divide by the number of elements combined")
-    value = _after_fold(w, ctx, p, fold, ["total_i"] if fold.index else totals, rows, "keep", "[BLOCK_M]")
+    value = _after_fold(w, ctx, p, fold, totals, rows, "keep", "[BLOCK_M]")
     store(w, ctx, p, p.following(fold, Store), value, rows, "keep")
 
 
@@ -135,9 +133,8 @@ def _start_accumulators(w: Writer, fold: TileReduce) -> list[str]:
 
 def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...]) -> None:
     """Rows by K; a tile-shaped accumulator over the loop, one tree reduction per row at the end; with
-    ``TICKET``, rows split across programs (the :class:`~tricomb.lower.segments.Ticket`). For argmax/argmin the
-    accumulator is a pair of tiles, values and their positions ``ks`` along the reduced axes (``_i``).
-    ``combines`` names the fold's combine function."""
+    ``TICKET``, rows split across programs (the :class:`~tricomb.lower.segments.Ticket`). ``combines`` names the
+    fold's combine function."""
     (fold,), (combine,) = p.folds, combines
     kept, reduced = _split_groups(p)
     program_ids(w, ["pid_m", "pid_k"])
@@ -145,21 +142,17 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
     w.line("row_mask = rows < M")
     rows = emit_offsets(w, "rows", kept, p.slots, "r")
     accs = _start_accumulators(w, fold)
-    if fold.index:
-        w.line(f"acc_i = tl.full([BLOCK_M, BLOCK_K], {NO_INDEX}, tl.int64)")
     w.line("CHUNK = ((K + SPLIT - 1) // SPLIT + BLOCK_K - 1) // BLOCK_K * BLOCK_K", comment="the part of K each of SPLIT programs reduces")
     w.line("k_start = pid_k * CHUNK")
     with w.block("for k0 in range(0, CHUNK, BLOCK_K):"):
         w.line("ks = k_start + k0 + tl.arange(0, BLOCK_K)")
         w.line("mask = row_mask[:, None] & (ks < K)[None, :]")
         ks = emit_offsets(w, "ks", reduced, p.joining(0), "k")
+        if uses_position(p):
+            w.line(f"{POSITION} = ks[None, :].to(tl.int64)", comment="positions along the reduced axes")
         values = _before_fold(w, ctx, p, rows, ks, "mask", lift=fold.share is not None)
         w.comment(f"stage {fold.at}: {stage_text(fold.stage)}")
-        if fold.index:
-            step = masked_fields(ctx, fold, values, "mask")[0]
-            w.line(f"acc, acc_i = {combine}(acc, acc_i, {step}, ks[None, :].to(tl.int64))")
-        else:
-            _accumulate(w, ctx, fold, accs, values, combine)
+        _accumulate(w, ctx, fold, accs, values, combine)
     _finish(w, ctx, p, fold, combine, accs, rows, "TICKET", "pid_k", "pid_m")
 
 
@@ -195,14 +188,11 @@ def _whole_tile(w: Writer, scan: TileScan) -> None:
            comment="every lane of this tile is in bounds")
 
 
-def _positions(w: Writer, scan: TileScan) -> Value:
-    """For cummax/cummin: each read element's int64 position along the axis (``src`` when reversed or exclusive,
-    else ``ks``), as a tile."""
+def _positions(w: Writer, scan: TileScan) -> None:
+    """Each read element's int64 position along the axis (``src`` when reversed or exclusive, else ``ks``)."""
     stage = scan.stage
     source = "src" if stage.reverse or stage.exclusive else "ks"
-    w.line(f"at = tl.broadcast_to({source}[None, :].to(tl.int64), [BLOCK_M, BLOCK_K])",
-           comment="positions along the axis, paired with the values")
-    return Value("at", torch.int64)
+    w.line(f"{POSITION} = {source}[None, :].to(tl.int64)", comment="positions along the axis")
 
 
 def _scan_program(w: Writer) -> None:
@@ -240,12 +230,12 @@ def _scan_tile(w: Writer, ctx: ScalarContext, p: KernelPlan, scan: TileScan, com
     carries, tiles, scanned = fields("carry", scan.width), fields("tile", scan.width), fields("scanned", scan.width)
     within = fields("within", scan.width)
     look_back = p.following(scan, LookBack)
-    for tile, masked in zip(tiles, masked_fields(ctx, scan, values, read_mask)):
+    for tile, masked in zip(tiles, masked_fields(scan, values, read_mask)):
         w.line(f"{tile} = {masked}")
     if scan.commutes:
         with w.block("if LOOKBACK:"):
             emit_publish_aggregate(w, look_back, tree_aggregate(scan, tiles, combine))
-    w.line(f"{', '.join(within)} = {tile_scan(scan, packed(tiles), 1, combine)}", comment="the scan within the tile")
+    w.line(f"{', '.join(within)} = {tile_scan(scan, tiles, 1, combine)}", comment="the scan within the tile")
     with w.block("if LOOKBACK:"):
         if not scan.commutes:
             emit_publish_aggregate(w, look_back, last_column(scan, within))
@@ -278,10 +268,10 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple
         w.line("ks = k0 + tl.arange(0, BLOCK_K)")
         reads, ks, read_mask = _scan_positions(w, p, scan, reduced)
         _whole_tile(w, scan)
+        if uses_position(p):
+            _positions(w, scan)
         values = _before_fold(w, ctx, p, rows, reads, read_mask, "whole")
         w.comment(f"stage {scan.at}: {stage_text(scan.stage)}")
-        if scan.index:
-            values = values + [_positions(w, scan)]
         scanned = _scan_tile(w, ctx, p, scan, combines[0], values, read_mask)
         address = _tile_address(rows, ks, [s for s in p.slots if s.phase > 0])
         value = _after_fold(w, ctx, p, scan, scanned, address, "mask", "[BLOCK_M, BLOCK_K]", "whole")

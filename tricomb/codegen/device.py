@@ -188,12 +188,6 @@ def tc_logaddexp(a, b):
 
 
 @triton.jit
-def tc_nan_to(x, value):
-    # x, with NaN replaced by value (torch.nansum counts a NaN as 0)
-    return tl.where(x != x, value, x)
-
-
-@triton.jit
 def tc_to_bf16(x):
     # float32 -> bfloat16, rounded to nearest even, as torch. Compiled, Triton's conversion does this; Triton's
     # interpreter truncates instead, so there the rounding is done on the bits (a NaN is kept a quiet NaN rather

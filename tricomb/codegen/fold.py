@@ -10,36 +10,27 @@ is the order of a tricomb operator's arguments.
 """
 from __future__ import annotations
 
-import torch
-
 from ..lower.segments import Fold, Ticket, TileReduce
+from ..scalar.builtins import TupleOpSpec
 from ..scalar.dtypes import held_dtype
 from .kernel import fields, scalar_where
-from .scratch import PARTIAL_INDEX, TICKETS, partials as partial_buffers
-from .scalar import ScalarContext, Value, emit_function, render_const, tl_dtype, to_integer, to_storage
+from .scratch import TICKETS, partials as partial_buffers
+from .scalar import ScalarContext, Value, emit_function, render_const, tl_dtype
 from .writer import Writer
 
 
-NO_INDEX = "9223372036854775807"  # int64 max: loses every tie, so masked lanes are never chosen
-
-
 def emit_combine_function(w: Writer, ctx: ScalarContext, name: str, fold: Fold) -> None:
-    """A ``@triton.jit`` function of two accumulator tuples (k fields each) applying the fold's operator."""
+    """A ``@triton.jit`` function of two accumulator tuples (k fields each) applying the fold's operator: a
+    builtin operator on tuples by its native rendering, any other by its scalar function."""
     left, right = fields("a", fold.width), fields("b", fold.width)
     w.line("@triton.jit")
     with w.block(f"def {name}({', '.join(left + right)}):"):
+        if isinstance(fold.operator, TupleOpSpec):
+            w.line(f"return {fold.operator.combine.format(*left, *right)}")
+            return
         args = [Value(n, dtype) for n, dtype in zip(left + right, fold.acc_dtypes * 2)]
         results = emit_function(w, ctx, fold.stage.op, args, "[1]")
         w.line("return " + ", ".join(f"{r.text}.to({acc_type(fold, j)})" for j, r in enumerate(results)))
-
-
-def emit_step_function(w: Writer, name: str, step: str) -> None:
-    """A ``@triton.jit`` function of two (value, position) pairs applying ``step``, a format string over the
-    four (the op table's :class:`~tricomb.scalar.builtins.IndexHelpers`): the combine ``tl.reduce`` and
-    ``tl.associative_scan`` call with the left pair's fields, then the right one's."""
-    w.line("@triton.jit")
-    with w.block(f"def {name}(av, ai, bv, bi):"):
-        w.line(f"return {step.format('av', 'ai', 'bv', 'bi')}")
 
 
 def acc_type(fold: Fold, j: int = 0) -> str:
@@ -56,42 +47,33 @@ def packed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"({', '.join(names)})"
 
 
-def tile_reduce(fold: Fold, tile: str, axis: int, combine: str) -> str:
-    """The expression folding ``tile`` (a name, or a tuple of field names) along ``axis`` with the operator."""
+def tile_reduce(fold: Fold, tiles: list[str], axis: int, combine: str) -> str:
+    """The expression folding the field tiles ``tiles`` along ``axis`` with the operator: natively where the
+    op table has a native fold, else by ``tl.reduce`` with the combine function."""
     spec = fold.operator
-    if spec is None or spec.tile_reduce is None:
-        return f"tl.reduce({tile}, {axis}, {combine})"
-    return spec.tile_reduce.format(tile, axis)
+    if isinstance(spec, TupleOpSpec) and spec.tile_reduce is not None:
+        return spec.tile_reduce.format(*tiles, axis)
+    if spec is None or isinstance(spec, TupleOpSpec) or spec.tile_reduce is None:
+        return f"tl.reduce({packed(tiles)}, {axis}, {combine})"
+    return spec.tile_reduce.format(packed(tiles), axis)
 
 
-def tile_scan(fold: Fold, tile: str, axis: int, combine: str) -> str:
-    """The expression scanning ``tile`` (a name, or a tuple of field names) along ``axis`` (inclusive); a
-    cummax/cummin's values and positions by its combine function (an argmax/argmin never scans its tiles)."""
+def tile_scan(fold: Fold, tiles: list[str], axis: int, combine: str) -> str:
+    """The expression scanning the field tiles ``tiles`` along ``axis`` (inclusive)."""
     spec = fold.operator
-    if spec is None or spec.tile_scan is None or fold.index:
-        return f"tl.associative_scan({tile}, {axis}, {combine})"
-    return spec.tile_scan.format(tile, axis)
+    if spec is None or isinstance(spec, TupleOpSpec) or spec.tile_scan is None:
+        return f"tl.associative_scan({packed(tiles)}, {axis}, {combine})"
+    return spec.tile_scan.format(packed(tiles), axis)
 
 
-def to_accumulator(ctx: ScalarContext, fold: Fold, value: Value, j: int = 0) -> str:
-    """Stream field ``j`` in its accumulator's dtype; through the stage's ``dtype=`` first, which rounds (or wraps)
-    as torch's conversion before the combine does (:func:`to_storage`). (``dtype=`` and NaN skipping come with
-    builtin operators only, so with one field.)"""
-    text = value.text
-    wanted = fold.stage.dtype
-    skip_nan = isinstance(fold, TileReduce) and fold.stage.skip_nan
-    if skip_nan and value.dtype.is_floating_point:
-        # nansum: a NaN counts as 0, before any dtype= conversion (torch drops it first)
-        text = f"tc_nan_to({text}, 0.0)"
-    if wanted is not None and wanted != value.dtype:
-        integral = not wanted.is_floating_point and wanted != torch.bool
-        text = to_integer(ctx, text, value.dtype, wanted) if integral else to_storage(ctx, text, wanted, value.dtype)
-    return f"{text}.to({acc_type(fold, j)})"
+def to_accumulator(fold: Fold, value: Value, j: int = 0) -> str:
+    """Stream field ``j`` in its accumulator's dtype."""
+    return f"{value.text}.to({acc_type(fold, j)})"
 
 
-def masked_fields(ctx: ScalarContext, fold: Fold, values: list[Value], mask: str) -> list[str]:
+def masked_fields(fold: Fold, values: list[Value], mask: str) -> list[str]:
     """Each stream field in its accumulator dtype where ``mask`` holds, the field's identity elsewhere."""
-    return [f"tl.where({mask}, {to_accumulator(ctx, fold, v, j)}, {identity_text(fold, j)})"
+    return [f"tl.where({mask}, {to_accumulator(fold, v, j)}, {identity_text(fold, j)})"
             for j, v in enumerate(values)]
 
 
@@ -100,23 +82,21 @@ def fold_in_order(w: Writer, fold: TileReduce, accs: list[str], tiles: list[str]
     """For an operator that does not commute: ``accs`` (one value per row) combined with the tiles' elements in
     order, as the tile's inclusive scan (which keeps the order) read at its last column."""
     scanned = fields("in_order", fold.width)
-    w.line(f"{', '.join(scanned)} = {tile_scan(fold, packed(tiles), 1, combine)}",
+    w.line(f"{', '.join(scanned)} = {tile_scan(fold, tiles, 1, combine)}",
            comment="in order: the operator does not commute")
     lasts = [f"tc_last({s}, {width}).to({acc_type(fold, j)})" for j, s in enumerate(scanned)]
     w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + lasts)})")
 
 
-def reduce_tile(ctx: ScalarContext, fold: TileReduce, tiles: list[str], combine: str) -> str:
-    """Fold the accumulator tiles (and ``<tile>_i``, the positions, for argmax/argmin) along axis 1."""
-    if fold.index:
-        return fold.operator.index_helpers.arg_over.format(tiles[0], f"{tiles[0]}_i", 1)
-    return tile_reduce(fold, packed(tiles), 1, combine)
+def reduce_tile(fold: TileReduce, tiles: list[str], combine: str) -> str:
+    """Fold the accumulator tiles along axis 1."""
+    return tile_reduce(fold, tiles, 1, combine)
 
 
 _PARTS = 256  # partials the last program folds per step
 
 
-def emit_last_program(w: Writer, ctx: ScalarContext, segment: Ticket, combine: str, totals: list[str], part: str,
+def emit_last_program(w: Writer, segment: Ticket, combine: str, totals: list[str], part: str,
                       ticket: str) -> None:
     """The ticket segment: ``SPLIT`` programs share each row tile, program ``part`` of them holding ``totals``
     (of the fold before it): each publishes its partial, takes a ticket with an acquire-release atomic, and the
@@ -126,36 +106,30 @@ def emit_last_program(w: Writer, ctx: ScalarContext, segment: Ticket, combine: s
     fold = segment.fold
     for buffer, value in zip(partial_buffers(fold), totals):
         w.line(f"tl.store({buffer} + rows * SPLIT + {part}, {value}, mask=row_mask)")
-    if fold.index:
-        w.line(f"tl.store({PARTIAL_INDEX} + rows * SPLIT + {part}, total_i, mask=row_mask)")
     w.line("tl.debug_barrier()")
     w.line(f'ticket = tl.atomic_add({TICKETS} + {ticket}, 1, sem="acq_rel")')
     w.line(f"keep = {scalar_where('ticket == SPLIT - 1', 'row_mask', 'False')}")
-    accs = _fold_partials(w, ctx, fold, combine)
+    accs = _fold_partials(w, fold, combine)
     if fold.ordered:
         for j, (t, acc) in enumerate(zip(totals, accs)):
             w.line(f"{t} = tl.where(keep, {acc}, {identity_text(fold, j)})",
                    comment="one use of the loop's result" if j == 0 else None)
-    elif fold.index:
-        w.line(f"total, total_i = {reduce_tile(ctx, fold, ['part_acc'], combine)}")
     else:
-        w.line(f"{', '.join(totals)} = {reduce_tile(ctx, fold, accs, combine)}")
+        w.line(f"{', '.join(totals)} = {reduce_tile(fold, accs, combine)}")
     w.line(f"tl.atomic_xchg({TICKETS} + {ticket}, 0, mask=ticket == SPLIT - 1)")
 
 
-def _fold_partials(w: Writer, ctx: ScalarContext, fold: TileReduce, combine: str) -> list[str]:
+def _fold_partials(w: Writer, fold: TileReduce, combine: str) -> list[str]:
     """In the program holding the last ticket, the partials of each row folded in index order into accumulators
     (returned); in every other program the loop runs no step."""
     # Commutative operators fold the partials into a tile-shaped accumulator, reduced once after the loop (as
     # the main reduce loop does); a per-row value updated by a tree reduction inside a loop and used more than
     # once after it fails an assertion in Triton 3.6's thread-locality pass (seen on the H200).
     partials = fields("partial", fold.width)
-    accs = fields("part_acc", fold.width) + (["part_acc_i"] if fold.index else [])
+    accs = fields("part_acc", fold.width)
     shape = "[BLOCK_M]" if fold.ordered else f"[BLOCK_M, {_PARTS}]"
-    starts = [identity_text(fold, j) for j in range(fold.width)] + ([NO_INDEX] if fold.index else [])
-    types = [acc_type(fold, j) for j in range(fold.width)] + (["tl.int64"] if fold.index else [])
-    for acc, start, dtype in zip(accs, starts, types):
-        w.line(f"{acc} = tl.full({shape}, {start}, {dtype})")
+    for j, acc in enumerate(accs):
+        w.line(f"{acc} = tl.full({shape}, {identity_text(fold, j)}, {acc_type(fold, j)})")
     w.line("parts_end = SPLIT * (ticket == SPLIT - 1).to(tl.int32)", comment="only the last program reads partials")
     with w.block(f"for p0 in range(0, parts_end, {_PARTS}):"):
         w.line(f"parts = p0 + tl.arange(0, {_PARTS})")
@@ -164,11 +138,8 @@ def _fold_partials(w: Writer, ctx: ScalarContext, fold: TileReduce, combine: str
         for j, (buffer, partial) in enumerate(zip(partial_buffers(fold), partials)):
             w.line(f'{partial} = tl.load({buffer} + part_at, mask=part_mask, other={identity_text(fold, j)}, '
                    'cache_modifier=".cg")')
-        if fold.index:
-            w.line(f'partial_i = tl.load({PARTIAL_INDEX} + part_at, mask=part_mask, other={NO_INDEX}, '
-                   'cache_modifier=".cg")')
         if fold.ordered:
             fold_in_order(w, fold, accs, partials, str(_PARTS), combine)
         else:
-            w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + partials + (['partial_i'] if fold.index else []))})")
+            w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + partials)})")
     return accs

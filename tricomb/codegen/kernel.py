@@ -16,9 +16,20 @@ from ..lower.fuse import KernelPlan
 from ..lower.segments import Elementwise, Slot, Store
 from ..pipeline.ir import Map, ZipWith
 from ..pipeline.printer import stage_text
+from ..scalar.builtins import OPS
 from ..scalar.dtypes import held_dtype
+from ..scalar.ir import Call, walk
 from .scalar import ScalarContext, Value, emit_function, from_storage, to_storage
 from .writer import Writer
+
+
+POSITION = OPS["position"].leaf  # the kernel variable holding each element's position along the folded axes
+
+
+def uses_position(p: KernelPlan) -> bool:
+    """Whether a stage of the plan reads the elements' positions (an argmax's or cummax's pairing map)."""
+    return any(isinstance(node, Call) and OPS[node.op].leaf == POSITION
+               for fn in p.pipeline.functions for node in walk(*fn.outputs))
 
 
 def group_size(g: int) -> str:

@@ -17,7 +17,7 @@ from ..scalar.dtypes import held_dtype
 from ..scalar.literals import number_literal
 from .kernel import group_size, group_stride
 from .lookback import FENCED, SIXTEEN_BYTES, packing
-from .scratch import FLAGS, PARTIAL_INDEX, TICKETS, aggregates, partials, prefixes, ticket_buffers
+from .scratch import FLAGS, TICKETS, aggregates, partials, prefixes
 from .writer import Writer
 
 if TYPE_CHECKING:  # the strategies call this module's emitters
@@ -193,11 +193,9 @@ def emit_ticket_scratch(w: Writer, p: KernelPlan, fold: TileReduce) -> None:
         w.comment("split rows: partials per (row, split); tickets pick the program that finishes each row tile")
         for buffer, dtype in zip(partials(fold), fold.acc_dtypes):
             w.line(f"{buffer} = torch.empty(M * split, dtype={held_dtype(dtype)}, device=in0.device)")
-        if fold.index:
-            w.line(f"{PARTIAL_INDEX} = torch.empty(M * split, dtype=torch.int64, device=in0.device)")
         w.line(f"{TICKETS} = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']))")
     with w.block("else:"):
-        w.line(f"{' = '.join(ticket_buffers(fold))} = {TICKETS} = {p.outputs[0].name}", comment="unused without TICKET")
+        w.line(f"{' = '.join(partials(fold))} = {TICKETS} = {p.outputs[0].name}", comment="unused without TICKET")
 
 
 def _emit_schedule(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: str) -> None:

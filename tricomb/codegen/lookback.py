@@ -33,7 +33,7 @@ import torch
 
 from ..lower.segments import LookBack, TileScan
 from ..scalar.dtypes import held_dtype
-from .fold import acc_type, identity_text, packed, tile_reduce, tile_scan
+from .fold import acc_type, identity_text, tile_reduce, tile_scan
 from .kernel import fields, scalar_where
 from .scratch import FLAGS, aggregates as aggregate_buffers, prefixes as prefix_buffers
 from .writer import Writer
@@ -139,7 +139,7 @@ def _window_fold(w: Writer, scan: TileScan, combine: str) -> list[str]:
     w.line("from_aggregate = live & (behind[None, :] > newest[:, None])")
     parts = _window_parts(w, scan)
     in_order, window = fields("in_order", scan.width), fields("window", scan.width)
-    w.line(f"{', '.join(in_order)} = {tile_scan(scan, packed(parts), 1, combine)}", comment="in order")
+    w.line(f"{', '.join(in_order)} = {tile_scan(scan, parts, 1, combine)}", comment="in order")
     for j, (total, scanned) in enumerate(zip(window, in_order)):
         w.line(f"{total} = tc_last({scanned}, WINDOW).to({acc_type(scan, j)})")
     return window
@@ -151,7 +151,7 @@ def tree_aggregate(scan: TileScan, tiles: list[str], combine: str) -> list[str]:
     ``bench/experiments/lookback_variants.py``, SUM_FIRST). Its rounding can differ from the scan's last column
     (a float sum's last bit), so a tile's successors may start from a prefix one ulp off the tile's own last
     output (docs/numerics.md)."""
-    return [tile_reduce(scan, packed(tiles), 1, combine)]
+    return [tile_reduce(scan, tiles, 1, combine)]
 
 
 def last_column(scan: TileScan, within: list[str]) -> list[str]:

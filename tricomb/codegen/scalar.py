@@ -241,6 +241,10 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
         raise DTypeError(f"pow of integers is not supported yet in function {fn.name!r}; make one operand a "
                          "float (x * 1.0)", fn.location)
     result = ctx.names.fresh("t")
+    spec = OPS[expr.op] if isinstance(expr, Call) else None
+    if spec is not None and (spec.leaf or spec.converts_to):
+        w.line(f"{result} = {_internal(ctx, spec, operands[0], dtype)}")
+        return Value(result, dtype, isinstance(operands[0], Value) and operands[0].zero_dim and not spec.leaf)
     rendered = _render(ctx, expr, texts, dtype)
     if dtype in _WIDER:
         rendered = _wrap(ctx, rendered, dtype, arith_dtype(dtype))
@@ -249,6 +253,20 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
     w.line(f"{result} = {rendered}")
     zero_dim = all(o.zero_dim for o in operands if isinstance(o, Value))
     return Value(result, dtype, zero_dim)
+
+
+def _internal(ctx: ScalarContext, spec, operand, dtype: torch.dtype) -> str:
+    """An internal row of the op table: a leaf (the kernel variable it names, held as ``dtype`` is), or a
+    conversion of ``operand`` to ``dtype`` as torch's ``Tensor.to`` converts (a float to an integer truncated and
+    wrapped, to float16 or bfloat16 rounded), held in its compute type."""
+    if spec.leaf:
+        return f"{spec.leaf}.to({tl_dtype(held_dtype(dtype))})"
+    source, text = operand.dtype, operand.text  # (the expand pass converts stream fields, never constants)
+    if source == dtype:
+        return text
+    if not dtype.is_floating_point:
+        return to_integer(ctx, text, source, dtype)
+    return from_storage(ctx, to_storage(ctx, text, dtype, source), dtype)
 
 
 def _render(ctx: ScalarContext, expr: Call | JitCall, operands: list[str], dtype: torch.dtype) -> str:

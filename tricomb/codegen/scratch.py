@@ -1,8 +1,8 @@
 """The names of the scratch buffers a kernel shares across its programs, defined once for the kernel's
 parameters, its body and the launcher that allocates them.
 
-A :class:`~tricomb.lower.segments.Ticket` needs a partial per (row, program) for each accumulator field (and
-the positions, for argmax/argmin) and a ticket per row tile; a :class:`~tricomb.lower.segments.LookBack` needs a
+A :class:`~tricomb.lower.segments.Ticket` needs a partial per (row, program) for each accumulator field and a
+ticket per row tile; a :class:`~tricomb.lower.segments.LookBack` needs a
 status word per tile and, unless packed with it, the aggregate and inclusive prefix it announces, and the
 status value each launch publishes (``ready``).
 """
@@ -12,7 +12,6 @@ from ..lower.segments import TileReduce, TileScan
 from .kernel import fields
 
 TICKETS = "tickets"
-PARTIAL_INDEX = "partial_index"
 FLAGS = "flags"
 READY = "ready"
 
@@ -20,11 +19,6 @@ READY = "ready"
 def partials(fold: TileReduce) -> list[str]:
     """Per accumulator field, the buffer of partials of programs sharing a row."""
     return fields("partials", fold.width)
-
-
-def ticket_buffers(fold: TileReduce) -> list[str]:
-    """The partials, and for argmax/argmin the positions of the partials' values."""
-    return partials(fold) + ([PARTIAL_INDEX] if fold.index else [])
 
 
 def aggregates(fold: TileScan) -> list[str]:

@@ -25,7 +25,7 @@ from .kernel import Param, emit_map_body, fixed, given, layout_parameters, meta
 from .launcher import emit_look_back_scratch, emit_ticket_scratch
 from .lookback import packing
 from .scalar import ScalarContext
-from .scratch import FLAGS, READY, TICKETS, aggregates, partials, prefixes, ticket_buffers
+from .scratch import FLAGS, READY, TICKETS, aggregates, partials, prefixes
 from .writer import Writer
 
 
@@ -128,7 +128,7 @@ class ReduceKernel(KernelStrategy):
 
     def parameters(self) -> tuple[Param, ...]:
         p = self.plan
-        scratch = [fixed(name) for name in ticket_buffers(self.fold)] + [fixed(TICKETS)]
+        scratch = [fixed(name) for name in partials(self.fold)] + [fixed(TICKETS)]
         return (*_slots_given(p), *scratch, fixed("M"), fixed("K"), fixed("SPLIT", "split"), *layout_parameters(p),
                 meta("BLOCK_M"), meta("BLOCK_K"), meta("TICKET", "split > 1"), meta("WIDE", "wide"))
 

@@ -82,6 +82,14 @@ def input_stages(pipeline: PipelineIR) -> list[int]:
     return owners
 
 
+def combined_dtypes(pipeline: PipelineIR, binding: Binding, at: int) -> tuple[torch.dtype, ...]:
+    """torch's dtype for each field of the stream right after stage ``at``."""
+    owners = input_stages(pipeline)
+    metas = [torch.empty((1,) * rank, dtype=dtype, device="meta")
+             for dtype, rank, owner in zip(binding.dtypes, binding.ranks, owners) if owner <= at]
+    return tuple(t.dtype for t in evaluate_fields(PipelineIR(pipeline.stages[:at + 1]), metas))
+
+
 def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
     check_callable(pipeline)
     expected = pipeline.num_inputs

@@ -22,15 +22,14 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import DTypeError
-from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.fields import field_inputs
-from ..pipeline.printer import stage_text as stage_name
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan
 from ..pipeline.operators import declared_share, identities
 from ..pipeline.verify import check_in_dtypes, operator_commutes, operator_identity, operator_spec
+from ..scalar.builtins import BY_FUNCTION, TupleOpSpec
 from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
-from .bind import Binding, input_stages
+from .bind import Binding, combined_dtypes, input_stages
 from .segments import Elementwise, Fold, LookBack, Segment, Slot, Store, Ticket, TileReduce, TileScan
 
 
@@ -40,6 +39,7 @@ class KernelPlan:
     the kernel's ``segments``, in order."""
 
     pipeline: PipelineIR  # after the rewrites
+    written: PipelineIR  # as the user wrote it (what the module's docstring names)
     binding: Binding
     inputs: tuple[Slot, ...]
     outputs: tuple[Slot, ...]  # one per result field: ``out``, or ``out0``, ``out1``, ... for a tuple
@@ -79,14 +79,6 @@ def _compute_dtype(dtypes) -> torch.dtype:
     return kernel_compute_dtype(dtypes)
 
 
-def combined_dtypes(pipeline: PipelineIR, binding: Binding, at: int) -> tuple[torch.dtype, ...]:
-    """torch's dtype for each field of the stream right after stage ``at``."""
-    owners = input_stages(pipeline)
-    metas = [torch.empty((1,) * rank, dtype=dtype, device="meta")
-             for dtype, rank, owner in zip(binding.dtypes, binding.ranks, owners) if owner <= at]
-    return tuple(t.dtype for t in evaluate_fields(PipelineIR(pipeline.stages[:at + 1]), metas))
-
-
 def _check_identity_fits(stage, accs: tuple[torch.dtype, ...]) -> None:
     """Each field's identity is a value of the field's dtype: an integer within its range, and a bool only for
     bool values (the law check samples a field with a bool identity as truth values alone)."""
@@ -102,17 +94,6 @@ def _check_identity_fits(stage, accs: tuple[torch.dtype, ...]) -> None:
                              stage.location)
 
 
-def _index_values_dtype(pipeline: PipelineIR, binding: Binding, at: int) -> torch.dtype:
-    """The dtype of the values an argmax/argmin compares (the stream entering stage ``at``); bool is refused,
-    as torch's CPU and CUDA kernels refuse it."""
-    dtype = combined_dtypes(pipeline, binding, at - 1)[0] if at else binding.dtypes[0]
-    if dtype == torch.bool:
-        stage = pipeline.stages[at]
-        raise DTypeError(f"{stage_name(stage)} does not take bool values, as torch's does not; map them to integers "
-                         "first (tc.map(lambda v: v * 1))", stage.location)
-    return dtype
-
-
 def _fold_positions(pipeline: PipelineIR) -> list[int]:
     return [i for i, s in enumerate(pipeline.stages) if isinstance(s, (Reduce, Scan))]
 
@@ -126,26 +107,27 @@ def check_dtypes(pipeline: PipelineIR, binding: Binding) -> None:
 
 
 def fold_commutes(pipeline: PipelineIR) -> tuple[bool, ...]:
-    """Per reduce or scan stage, in order, whether its operator commutes (False for argmax/argmin and
-    cummax/cummin, whose positions fix the order). Read from the stages as written: the validity flag
-    :func:`~.totalize.totalize` gives an operator without identity makes an operator whose law check fails (its
-    identity holds only for valid lanes)."""
-    return tuple(not s.index and operator_commutes(s) for s in (pipeline.stages[i] for i in _fold_positions(pipeline)))
+    """Per reduce or scan stage, in order, whether its operator commutes. Read from the stages as written: the
+    validity flag :func:`~.totalize.totalize` gives an operator without identity makes an operator whose law
+    check fails (its identity holds only for valid lanes). (A builtin operator on tuples that the ``expand`` pass
+    wrote says itself: :func:`plan` reads it from the op table.)"""
+    return tuple(operator_commutes(pipeline.stages[i]) for i in _fold_positions(pipeline))
 
 
-def plan(pipeline: PipelineIR, binding: Binding, commutes: tuple[bool, ...]) -> KernelPlan:
-    """The kernel plan for ``pipeline``, already rewritten by :func:`~.expand.expand` and
-    :func:`~.totalize.totalize`, on inputs of ``binding``'s layout class; ``commutes`` is :func:`fold_commutes` of
-    the pipeline before the rewrites. Raises :class:`~tricomb.errors.DTypeError` for an identity that is not a
-    value of its fields' dtypes, and for argmax/argmin of bool values."""
+def plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding) -> KernelPlan:
+    """The kernel plan for ``pipeline``, the pipeline ``written`` rewritten by :func:`~.expand.expand` and
+    :func:`~.totalize.totalize`, on inputs of ``binding``'s layout class (whether each operator commutes is read
+    from ``written``: :func:`fold_commutes`). Raises :class:`~tricomb.errors.DTypeError` for an identity that is not a
+    value of its fields' dtypes."""
     positions = _fold_positions(pipeline)
     owners = input_stages(pipeline)
     inputs = tuple(Slot(f"in{i}", dtype, sum(owner > at for at in positions))
                    for i, (dtype, owner) in enumerate(zip(binding.dtypes, owners)))
     names = ["out"] if len(binding.out_dtypes) == 1 else [f"out{k}" for k in range(len(binding.out_dtypes))]
     outputs = tuple(Slot(name, dtype, len(positions)) for name, dtype in zip(names, binding.out_dtypes))
+    commutes = fold_commutes(written)
     folds = [_fold(pipeline, binding, at, c, first=n == 0) for n, (at, c) in enumerate(zip(positions, commutes))]
-    return KernelPlan(pipeline, binding, inputs, outputs, field_inputs(pipeline), _compute_dtype(binding.dtypes),
+    return KernelPlan(pipeline, written, binding, inputs, outputs, field_inputs(pipeline), _compute_dtype(binding.dtypes),
                       _segments(pipeline, folds, outputs))
 
 
@@ -164,22 +146,21 @@ def _fold(pipeline: PipelineIR, binding: Binding, at: int, commutes: bool, first
     stage = pipeline.stages[at]
     combined = combined_dtypes(pipeline, binding, at)
     acc = tuple(compute_dtype(c) for c in combined)
-    if isinstance(stage, Reduce) and stage.index:
-        acc = (compute_dtype(_index_values_dtype(pipeline, binding, at)),)
     if stage.identity is not None:
         _check_identity_fits(stage, acc)
-    found = identities(operator_identity(stage)) + ((-1,) if isinstance(stage, Scan) and stage.index else ())
-    typed = tuple(typed_identity(e, dtype) for e, dtype in zip(found, acc))  # -1: no position yet
-    spec = operator_spec(stage.op)
+    typed = tuple(typed_identity(e, dtype) for e, dtype in zip(identities(operator_identity(stage)), acc))
+    spec = operator_spec(stage.op) or BY_FUNCTION.get(stage.op)
+    if isinstance(spec, TupleOpSpec):
+        commutes = spec.commutative
     if isinstance(stage, Scan):
         return TileScan(stage, at, combined, acc, typed, spec, commutes=commutes)
     share = _share(pipeline, at, stage) if first else None  # a reduce after a scan takes the scanned tile as it is
-    return TileReduce(stage, at, combined, acc, typed, spec, ordered=not stage.index and not commutes, share=share)
+    return TileReduce(stage, at, combined, acc, typed, spec, ordered=not commutes, share=share)
 
 
 def _share(pipeline: PipelineIR, at: int, stage: Reduce) -> Function | None:
     """The declared share of a reduce right after its lift map (:func:`declare_share`), or None."""
-    if stage.index or at == 0:
+    if at == 0:
         return None
     lift = pipeline.stages[at - 1]
     return declared_share(lift.fn, stage.op, stage.identity) if isinstance(lift, Map) else None

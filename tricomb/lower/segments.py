@@ -21,7 +21,7 @@ from typing import Union
 import torch
 
 from ..pipeline.ir import Reduce, Scan, Stage
-from ..scalar.builtins import OpSpec
+from ..scalar.builtins import OpSpec, TupleOpSpec
 from ..scalar.ir import Function
 
 
@@ -51,30 +51,25 @@ class _Fold:
     """What every fold knows: the reduce or scan ``stage`` at pipeline position ``at``; ``combined_dtypes``,
     torch's dtype of each stream field after it; ``acc_dtypes``, the compute dtype of each accumulator field;
     ``identities``, the operator's identity in each accumulator field's dtype (masked lanes hold it);
-    ``operator``, the builtin's table row, or None."""
+    ``operator``, the builtin's table row (of :data:`~tricomb.scalar.builtins.OPS`, or of
+    :data:`~tricomb.scalar.builtins.TUPLE_OPS` for an operator on tuples), or None."""
 
     stage: Reduce | Scan
     at: int
     combined_dtypes: tuple[torch.dtype, ...]
     acc_dtypes: tuple[torch.dtype, ...]
     identities: tuple
-    operator: OpSpec | None
+    operator: OpSpec | TupleOpSpec | None
 
     @property
     def width(self) -> int:
         """How many fields the operator combines (k for an operator on k-tuples)."""
         return len(self.acc_dtypes)
 
-    @property
-    def index(self) -> bool:
-        """An argmax/argmin (the accumulator pairs each value with its int64 position along the reduced axes) or
-        a cummax/cummin (the accumulator's two fields are the values and their int64 positions)."""
-        return self.stage.index
-
 
 @dataclass(frozen=True, slots=True)
 class TileReduce(_Fold):
-    """The fold of a reduce into per-row accumulators (for argmax/argmin, ``acc_dtypes`` is the values').
+    """The fold of a reduce into per-row accumulators.
 
     ``ordered``: the operator does not commute, so elements fold in row-major order. ``share``: for a reduce
     right after its lift map whose operator is an online normalizer's pair, the declared share of an element at
@@ -93,9 +88,8 @@ class TileReduce(_Fold):
 
 @dataclass(frozen=True, slots=True)
 class TileScan(_Fold):
-    """The fold of a scan, tile by tile, carrying each row's prefix (a cummax/cummin's second field is its int64
-    positions, identity -1). ``commutes``: the operator commutes (and is not a cummax/cummin), so a tile's
-    aggregate may fold as a tree."""
+    """The fold of a scan, tile by tile, carrying each row's prefix. ``commutes``: the operator commutes, so a
+    tile's aggregate may fold as a tree."""
 
     commutes: bool = False
 

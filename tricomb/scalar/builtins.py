@@ -17,17 +17,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-
-@dataclass(frozen=True, slots=True)
-class IndexHelpers:
-    """The device helpers that fold an operator's values paired with positions, as format strings: ``arg_step``
-    and ``cum_step`` combine two (value, index) pairs ``({0}, {1})`` and ``({2}, {3})`` for its argmax/argmin
-    and its cummax/cummin; ``arg_over`` folds a values tile ``{0}`` and its indices ``{1}`` along an axis ``{2}``
-    natively."""
-
-    arg_step: str
-    arg_over: str
-    cum_step: str
+from .ir import Arg, Call, Const, Function
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +36,13 @@ class OpSpec:
     element at a time in Python. (``tl.sum`` itself cannot be called from a module loaded with the
     interpreter switched on after ``triton.language`` was imported.) ``by_number(c, dtype)``, where torch's
     kernel for a Python number ``c`` as the last operand differs from its kernel for a tensor there, gives that
-    rendering for the op's torch ``dtype`` (or None: the general one). ``index_helpers`` name the helpers of
-    argmax/argmin and cummax/cummin by the operator.
+    rendering for the op's torch ``dtype`` (or None: the general one).
+
+    Internal rows (``internal``), which no user writes, are what the ``expand`` pass rewrites derived stages
+    into: ``converts_to`` marks a conversion to that dtype, as torch's ``Tensor.to`` converts (rounding, and
+    wrapping integers); ``leaf`` marks a value the kernel knows about the element rather than computes from it,
+    the kernel variable of that name: its ``position`` along the folded axes, or ``K``, the count of elements a
+    fold combines. Their torch functions give the dtype only (a leaf's values exist in a kernel alone).
     """
 
     name: str
@@ -65,7 +60,9 @@ class OpSpec:
     tile_scan: str | None = None
     integer: str | None = None  # rendering for integer operands, where it differs (floor of an int is itself)
     by_number: Callable | None = None  # (number, dtype) -> rendering or None
-    index_helpers: IndexHelpers | None = None
+    internal: bool = False
+    converts_to: torch.dtype | None = None
+    leaf: str | None = None
 
 
 def _prod_over(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
@@ -205,15 +202,11 @@ _TABLE: list[OpSpec] = [
     _binary("maximum", _tensor_args(torch.maximum), "tc_maximum({0}, {1})", "larger of a and b; NaN if either is NaN",
             ("tc_maximum",), associative=True, commutative=True, identity=-math.inf,
             reduce_ref=_nan_max, scan_ref=lambda x, d: torch.cummax(x, dim=d).values,
-            tile_reduce="tc_extreme_over({0}, {1}, True)",
-            index_helpers=IndexHelpers("tc_arg_step({0}, {1}, {2}, {3}, True)", "tc_arg_over({0}, {1}, {2}, True)",
-                                       "tc_cum_step({0}, {1}, {2}, {3}, True)")),
+            tile_reduce="tc_extreme_over({0}, {1}, True)"),
     _binary("minimum", _tensor_args(torch.minimum), "tc_minimum({0}, {1})", "smaller of a and b; NaN if either is NaN",
             ("tc_minimum",), associative=True, commutative=True, identity=math.inf,
             reduce_ref=_nan_min, scan_ref=lambda x, d: torch.cummin(x, dim=d).values,
-            tile_reduce="tc_extreme_over({0}, {1}, False)",
-            index_helpers=IndexHelpers("tc_arg_step({0}, {1}, {2}, {3}, False)", "tc_arg_over({0}, {1}, {2}, False)",
-                                       "tc_cum_step({0}, {1}, {2}, {3}, False)")),
+            tile_reduce="tc_extreme_over({0}, {1}, False)"),
     _binary("logaddexp", _tensor_args(torch.logaddexp), "tc_logaddexp({0}, {1})", "log(exp(a) + exp(b)), without overflow",
             ("tc_logaddexp",), associative=True, commutative=True, identity=-math.inf,
             reduce_ref=lambda x, dims: torch.logsumexp(x, dim=dims), scan_ref=lambda x, d: torch.logcumsumexp(x, d)),
@@ -240,7 +233,90 @@ _TABLE: list[OpSpec] = [
     OpSpec("where", 3, torch.where, "tl.where({0}, {1}, {2})", "b where cond else c"),
 ]
 
-OPS: dict[str, OpSpec] = {spec.name: spec for spec in _TABLE}
+# dtypes a derived stage's ``dtype=`` may name (torch.sum's, torch.cumsum's)
+CONVERTIBLE = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+               torch.bfloat16, torch.float32, torch.float64)
+
+
+def convert_op(dtype: torch.dtype) -> str:
+    """The name of the internal row converting to ``dtype``."""
+    return f"to_{str(dtype)[6:]}"
+
+
+def _conversion(dtype: torch.dtype) -> OpSpec:
+    def to(x):
+        return x.to(dtype) if isinstance(x, torch.Tensor) else torch.tensor(x).to(dtype)
+    return OpSpec(convert_op(dtype), 1, to, "{0}", f"x converted to {str(dtype)[6:]}, as torch's Tensor.to",
+                  internal=True, converts_to=dtype)
+
+
+_INTERNAL: list[OpSpec] = [
+    OpSpec("position", 1, lambda x: torch.zeros_like(torch.as_tensor(x), dtype=torch.int64), "position",
+           "the int64 position of the element along the axes the next fold combines (row-major over several)",
+           internal=True, leaf="position"),
+    OpSpec("count", 1, lambda x: torch.ones_like(torch.as_tensor(x)), "K",
+           "the number of elements the fold before it combined, in the element's dtype", internal=True, leaf="K"),
+    *(_conversion(dtype) for dtype in CONVERTIBLE),
+]
+
+OPS: dict[str, OpSpec] = {spec.name: spec for spec in _TABLE + _INTERNAL}
+PUBLIC: dict[str, OpSpec] = {spec.name: spec for spec in _TABLE}
+
+
+@dataclass(frozen=True, slots=True)
+class TupleOpSpec:
+    """A builtin operator on k-tuples: ``function`` (2k arguments, k results, in the ops above) is its meaning,
+    ``identity`` its identity (a k-tuple); ``commutative`` as its laws are. ``combine`` is its native rendering,
+    a format string over the 2k operands (the left tuple's fields, then the right one's) calling ``helpers``;
+    ``tile_reduce``, where set, a native fold of the k field tiles ``{0}``, ... along an axis ``{k}``, returning
+    the k folded fields."""
+
+    name: str
+    function: Function
+    identity: tuple
+    commutative: bool
+    combine: str
+    helpers: tuple[str, ...]
+    tile_reduce: str | None = None
+
+
+def _arg_step(largest: bool) -> Function:
+    """torch.argmax's (``largest``) or torch.argmin's step on (value, position) pairs: NaN beats every number,
+    then the larger (smaller) value; on ties the smaller position. It commutes: positions differ."""
+    av, ai, bv, bi = (Arg(i) for i in range(4))
+    a_nan, b_nan = Call("ne", (av, av)), Call("ne", (bv, bv))
+    tie = Call("logical_or", (Call("eq", (av, bv)), Call("logical_and", (a_nan, b_nan))))
+    better = Call("gt" if largest else "lt", (av, bv))
+    take_a = Call("logical_or", (Call("logical_or", (better, Call("logical_and", (a_nan, Call("eq", (bv, bv)))))),
+                                 Call("logical_and", (tie, Call("lt", (ai, bi))))))
+    return Function(4, (Call("where", (take_a, av, bv)), Call("where", (take_a, ai, bi))),
+                    "argmax_step" if largest else "argmin_step")
+
+
+def _cum_step(largest: bool) -> Function:
+    """torch.cummax's (``largest``) or torch.cummin's step on (value, position) pairs, b the later in scan order:
+    b wins when larger (smaller) or equal, so the latest position on ties, or NaN; position -1 is no element. It
+    does not commute: which side is later decides ties."""
+    av, ai, bv, bi = (Arg(i) for i in range(4))
+    better = Call("ge" if largest else "le", (bv, av))
+    take_b = Call("logical_and", (Call("logical_or", (better, Call("ne", (bv, bv)))), Call("ge", (bi, Const(0)))))
+    return Function(4, (Call("where", (take_b, bv, av)), Call("where", (take_b, bi, ai))),
+                    "cummax_step" if largest else "cummin_step")
+
+
+_NO_POSITION = 2 ** 63 - 1  # int64 max: loses every tie, so lanes past the end are never chosen
+
+TUPLE_OPS: dict[str, TupleOpSpec] = {spec.name: spec for spec in [
+    TupleOpSpec("argmax", _arg_step(True), (-math.inf, _NO_POSITION), True, "tc_arg_step({0}, {1}, {2}, {3}, True)",
+                ("tc_arg_step",), "tc_arg_over({0}, {1}, {2}, True)"),
+    TupleOpSpec("argmin", _arg_step(False), (math.inf, _NO_POSITION), True, "tc_arg_step({0}, {1}, {2}, {3}, False)",
+                ("tc_arg_step",), "tc_arg_over({0}, {1}, {2}, False)"),
+    TupleOpSpec("cummax", _cum_step(True), (-math.inf, -1), False, "tc_cum_step({0}, {1}, {2}, {3}, True)",
+                ("tc_cum_step",)),
+    TupleOpSpec("cummin", _cum_step(False), (math.inf, -1), False, "tc_cum_step({0}, {1}, {2}, {3}, False)",
+                ("tc_cum_step",)),
+]}
+BY_FUNCTION: dict[Function, TupleOpSpec] = {spec.function: spec for spec in TUPLE_OPS.values()}
 
 
 def markdown_table() -> str:

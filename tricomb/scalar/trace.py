@@ -12,7 +12,7 @@ import numbers
 import sys
 
 from ..errors import ArgumentError, ArityError, Location, TraceError, TricombError, caller_location
-from .builtins import OPS, OpSpec
+from .builtins import PUBLIC, OpSpec
 from .ir import Arg, Call, Const, Expr, Function, JitCall, JitRef
 from .literals import NotExact, plain_number
 
@@ -159,7 +159,7 @@ class Builtin:
         return f"tc.{self.name}: {self.spec.doc} ({self.spec.arity} argument(s))."
 
 
-BUILTINS: dict[str, Builtin] = {name: Builtin(spec) for name, spec in OPS.items()}
+BUILTINS: dict[str, Builtin] = {name: Builtin(spec) for name, spec in PUBLIC.items()}
 
 
 def is_jit_function(obj) -> bool:
