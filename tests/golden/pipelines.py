@@ -30,6 +30,8 @@ def _cases():
         "column_sum": (tc.reduce(tc.add, axis=0), (f32,)),
         "argmax_rows": (tc.parse("argmax(axis=1)"), (f32,)),
         "nanmean": (tc.parse("nanmean"), (f32,)),
+        "mean_half_rows": (tc.parse("mean(axis=1)"), (f32.half(),)),
+        "sum_int8_dtype": (tc.parse("sum(axis=1, dtype=int8)"), (f32.int(),)),
         "logsumexp": (tc.parse("logsumexp(axis=1)"), (f32,)),
         "cumsum": (tc.parse("cumsum"), (torch.ones(1 << 16),)),
         "cummax_reverse": (tc.parse("cummax(reverse=True)"), (f32,)),

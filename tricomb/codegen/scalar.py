@@ -259,8 +259,8 @@ def _internal(ctx: ScalarContext, spec, operand, dtype: torch.dtype) -> str:
     """An internal row of the op table: a leaf (the kernel variable it names, held as ``dtype`` is), or a
     conversion of ``operand`` to ``dtype`` as torch's ``Tensor.to`` converts (a float to an integer truncated and
     wrapped, to float16 or bfloat16 rounded), held in its compute type."""
-    if spec.leaf:
-        return f"{spec.leaf}.to({tl_dtype(held_dtype(dtype))})"
+    if spec.leaf:  # (tl.cast: the compiler passes an int argument equal to 1, such as K, as a Python int)
+        return f"tl.cast({spec.leaf}, {tl_dtype(held_dtype(dtype))})"
     source, text = operand.dtype, operand.text  # (the expand pass converts stream fields, never constants)
     if source == dtype:
         return text
