@@ -77,6 +77,7 @@ DERIVED = {  # each derived stage, on inputs it takes
     "mean(axis=1)": _values((3, 4), torch.float16),
     "mean(dtype=float64)": _values((3, 4)),
     "nanmean(axis=0)": _values((3, 4)),
+    "nanmean(axis=1, dtype=float64)": _values((3, 4)),
     "nansum(axis=1)": _values((3, 4)),
     "nansum(dtype=int8)": _values((3, 4), torch.int32),
     "sum(dtype=int16)": _values((3, 4), torch.int8),

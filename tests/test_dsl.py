@@ -95,7 +95,7 @@ def test_errors_found_after_parsing_show_the_dsl_caret():
 
 
 def test_unknown_stage_argument_is_named():
-    with pytest.raises(tc.ParseError, match="'keepdims' is not an argument of reduce; reduce takes axis, keepdim"):
+    with pytest.raises(tc.ParseError, match="'keepdims' is not an argument of sum; sum takes axis, keepdim"):
         tc.parse("sum(keepdims=True)")
     with pytest.raises(tc.ParseError, match="'axis' is given twice"):
         tc.parse("cumsum(axis=0, axis=1)")
@@ -191,7 +191,7 @@ def test_an_error_about_a_stage_argument_points_at_that_argument():
 
 
 def test_torch_dim_in_text_says_axis():
-    with pytest.raises(tc.ParseError, match=r"'dim' is not an argument of reduce \(torch's dim is axis here\)"):
+    with pytest.raises(tc.ParseError, match=r"'dim' is not an argument of sum \(torch's dim is axis here\)"):
         tc.parse("sum(dim=1)")
 
 
@@ -248,3 +248,18 @@ def test_each_shorthand_constructor_is_bound_to_its_own_row():
     for name, spec in SHORTHANDS.items():
         stage = getattr(tc, name)
         assert stage.__name__ == name and stage.operator == spec.op, name
+
+
+@pytest.mark.parametrize("text", ["mean(axis=1, identity=0.0)", "argmax(dtype=int32)", "max(dtype=float64)",
+                                  "cummax(dtype=float64)", "nansum(reverse=True)", "cumsum(keepdim=True)"])
+def test_a_shorthand_takes_the_arguments_of_its_torch_function(text):
+    """A shorthand takes what its torch function takes, as ``tc.<shorthand>`` does, and says which."""
+    with pytest.raises(tc.ParseError, match="is not an argument of .* takes axis"):
+        tc.parse(text)
+
+
+def test_nanmean_takes_dtype_as_torch():
+    x = torch.tensor([[1e8, 1.0, -1e8, float("nan")]])
+    got = tc.parse("nanmean(axis=1, dtype=float64)")(x)
+    assert got.dtype == torch.float64 and torch.allclose(got, torch.nanmean(x, 1, dtype=torch.float64))
+    assert str(tc.parse("nanmean(axis=1, dtype=float64)")) == "nanmean(axis=1, dtype=float64)"

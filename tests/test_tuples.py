@@ -134,3 +134,27 @@ def test_tuple_reduce_fields_keep_their_own_dtypes(device):
 
 def test_tuple_functions_print_as_tuples():
     assert str(tc.map(lambda v: (v, v * 2))) == "map (x -> (x, (x * 2)))"
+
+
+def _argmax_step(av, ai, bv, bi):
+    a_nan, b_nan = tc.ne(av, av), tc.ne(bv, bv)
+    tie = tc.logical_or(tc.eq(av, bv), tc.logical_and(a_nan, b_nan))
+    take_a = tc.logical_or(tc.logical_or(tc.gt(av, bv), tc.logical_and(a_nan, tc.eq(bv, bv))),
+                           tc.logical_and(tie, tc.lt(ai, bi)))
+    return tc.where(take_a, av, bv), tc.where(take_a, ai, bi)
+
+
+@pytest.mark.parametrize("block_k", [None, 2])
+def test_a_user_operator_like_a_builtin_one_is_the_users(block_k):
+    """A user's operator with the body of the builtin argmax step keeps its own folds: its positions may be
+    int32 (the builtin's sentinel is int64), and value and position come from one element (the builtin's native
+    tile fold takes the extreme value and the smallest position holding it apart)."""
+    from tricomb.scalar.builtins import TUPLE_OPS
+    pipe = tc.zip_with(lambda v, i: (v, i)) >> tc.reduce(_argmax_step, identity=(-math.inf, 2 ** 31 - 1), axis=1)
+    assert pipe.ir.stages[-1].op == TUPLE_OPS["argmax"].function  # equal, as far as equality goes
+    values = torch.tensor([[-1.0, 0.0, -0.0, -1.0], [2.0, 1.0, 2.0, 0.0]])
+    positions = torch.arange(4, dtype=torch.int32).expand(2, 4)
+    with schedule_overrides(**({} if block_k is None else {"BLOCK_K": block_k})):
+        got_values, got_positions = pipe(values, positions)
+    assert got_positions.tolist() == [1, 0] and got_positions.dtype == torch.int32
+    assert [math.copysign(1.0, v) for v in got_values.tolist()] == [1.0, 1.0]  # element 1 is +0.0

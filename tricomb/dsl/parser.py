@@ -212,14 +212,16 @@ class _Build(Expressions):
     def _stage(self, kind: str, meta_token, op, arguments, short=None):
         """A reduce or scan stage; ``short`` is the shorthand row it was written as (mean, argmax, nansum...)."""
         from .. import api
-        allowed = _STAGE_ARGUMENTS[kind]
+        allowed = short.arguments if short else _STAGE_ARGUMENTS[kind]
+        stage_name = short.name if short else kind
         kwargs = {}
         for name_token, value in arguments or []:
             name = str(name_token)
             if name not in allowed or name in kwargs:
-                problem = "is given twice" if name in kwargs else "is not an argument of " + kind
+                problem = "is given twice" if name in kwargs else "is not an argument of " + stage_name
                 problem += " (torch's dim is axis here)" if name == "dim" else ""
-                raise ParseError(f"{name!r} {problem}; {kind} takes {', '.join(allowed)}", self._where(name_token))
+                raise ParseError(f"{name!r} {problem}; {stage_name} takes {', '.join(allowed)}",
+                                 self._where(name_token))
             kwargs[name] = value
         where = self._where(meta_token)
         try:

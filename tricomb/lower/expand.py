@@ -115,7 +115,7 @@ def _rewritten(stage: Reduce | Scan, entering: torch.dtype) -> list[Stage]:
         return _with_dtype(stage, [_core(stage)])
     if stage.mean and stage.skip_nan:
         pairs = Reduce(_pair_sum(), stage.axis, stage.keepdim, identity=(0, 0), location=stage.location)
-        return [Map(_nan_split(), stage.location), pairs, Map(_divide(), stage.location)]
+        return _with_dtype(stage, [Map(_nan_split(), stage.location), pairs, Map(_divide(), stage.location)])
     fold: list[Stage] = [_core(stage)] + ([Map(_over_count(), stage.location)] if stage.mean else [])
     fold = _with_dtype(stage, fold)
     if stage.skip_nan and entering.is_floating_point:

@@ -26,7 +26,7 @@ from ..pipeline.fields import field_inputs
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan
 from ..pipeline.operators import declared_share, identities
 from ..pipeline.verify import check_in_dtypes, operator_commutes, operator_identity, operator_spec
-from ..scalar.builtins import BY_FUNCTION, TupleOpSpec
+from ..scalar.builtins import TupleOpSpec, tuple_operator
 from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, combined_dtypes, input_stages
@@ -149,7 +149,7 @@ def _fold(pipeline: PipelineIR, binding: Binding, at: int, commutes: bool, first
     if stage.identity is not None:
         _check_identity_fits(stage, acc)
     typed = tuple(typed_identity(e, dtype) for e, dtype in zip(identities(operator_identity(stage)), acc))
-    spec = operator_spec(stage.op) or BY_FUNCTION.get(stage.op)
+    spec = operator_spec(stage.op) or tuple_operator(stage.op)
     if isinstance(spec, TupleOpSpec):
         commutes = spec.commutative
     if isinstance(stage, Scan):

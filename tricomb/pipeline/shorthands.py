@@ -16,7 +16,14 @@ class Shorthand:
     mean: bool = False
     index: bool = False  # argmax/argmin: the chosen element's position; cummax/cummin: values and positions
     skip_nan: bool = False  # nansum: NaN elements count as the identity
-    takes_dtype: bool = False  # as torch's function: sum, prod, mean, cumsum and cumprod take dtype=
+    takes_dtype: bool = False  # as torch's function: sum, prod, mean, nansum, nanmean, cumsum and cumprod take dtype=
+
+    @property
+    def arguments(self) -> tuple[str, ...]:
+        """The keyword arguments the stage takes, as torch's function does (a shorthand's operator is a builtin,
+        whose identity is known: no ``identity=``)."""
+        return (("axis", "keepdim") if self.kind == "reduce" else ("axis", "reverse", "exclusive")) + \
+            (("dtype",) if self.takes_dtype else ())
 
 
 SHORTHANDS: dict[str, Shorthand] = {s.name: s for s in [
@@ -26,7 +33,7 @@ SHORTHANDS: dict[str, Shorthand] = {s.name: s for s in [
     Shorthand("min", "reduce", "minimum", "torch.amin"),
     Shorthand("mean", "reduce", "add", "torch.mean", mean=True, takes_dtype=True),
     Shorthand("nansum", "reduce", "add", "torch.nansum", skip_nan=True, takes_dtype=True),
-    Shorthand("nanmean", "reduce", "add", "torch.nanmean", mean=True, skip_nan=True),
+    Shorthand("nanmean", "reduce", "add", "torch.nanmean", mean=True, skip_nan=True, takes_dtype=True),
     Shorthand("argmax", "reduce", "maximum", "torch.argmax", index=True),
     Shorthand("argmin", "reduce", "minimum", "torch.argmin", index=True),
     Shorthand("any", "reduce", "logical_or", "torch.any"),

@@ -316,7 +316,13 @@ TUPLE_OPS: dict[str, TupleOpSpec] = {spec.name: spec for spec in [
     TupleOpSpec("cummin", _cum_step(False), (math.inf, -1), False, "tc_cum_step({0}, {1}, {2}, {3}, False)",
                 ("tc_cum_step",)),
 ]}
-BY_FUNCTION: dict[Function, TupleOpSpec] = {spec.function: spec for spec in TUPLE_OPS.values()}
+
+
+def tuple_operator(op: Function) -> TupleOpSpec | None:
+    """The row whose function ``op`` is, by identity: the expand pass writes these very functions, and a user's
+    operator with the same body stays the user's (its tile folds are its own: ``tc_arg_over`` returns the
+    extreme and the smallest position holding it, which for a user's pairs need not come from one element)."""
+    return next((spec for spec in TUPLE_OPS.values() if spec.function is op), None)
 
 
 def markdown_table() -> str:
