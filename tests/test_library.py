@@ -141,6 +141,49 @@ def test_logsumexp_folds_whole_tiles_by_its_declared_share_with_the_pair_combine
             torch.testing.assert_close(L.logsumexp(axis=0)(columns).cpu(), want, equal_nan=True)
 
 
+def _users_logsumexp_step(m1, s1, m2, s2):
+    m = tc.maximum(m1, m2)
+    return m, tc.where(m1 == m, s1, s1 * tc.exp(m1 - m)) + tc.where(m2 == m, s2, s2 * tc.exp(m2 - m))
+
+
+def test_a_users_online_normalizer_gets_a_derived_share(device):
+    """A user's own logsumexp pair (an operator that commutes, field 0 by maximum, field 1s adding at equal
+    maxima, identity (-inf, 0)) after a lift (v, c(v)) folds whole tiles by the share derived from it, with the
+    results of the pair combine (the same reduce after a lift of another shape), special values included, on tiny
+    tiles and split rows."""
+    x = torch.randn(6, 37, device=device) * 30
+    x[0] = -inf
+    x[1, 5], x[1, 9] = inf, inf
+    x[2, 3] = nan
+    x[3, :] = 2.5
+    reduce = tc.reduce(_users_logsumexp_step, axis=1, identity=(-inf, 0.0))
+    derived = tc.map(lambda v: (v, tc.where(v == v, 1.0, v))) >> reduce
+    pairs = tc.map(lambda v: (v * 1.0, tc.where(v == v, 1.0, v * 1.0 + 0.0))) >> reduce
+    assert derived.explain(x).kernel_plan.folds[0].share is not None
+    assert pairs.explain(x).kernel_plan.folds[0].share is None
+    for tiles in ({}, {"BLOCK_K": 4, "SPLIT": 3}, {"BLOCK_K": 8}):
+        with schedule_overrides(**tiles):
+            (m, s), (m2, s2) = derived(x), pairs(x)
+        torch.testing.assert_close(m, m2, equal_nan=True, rtol=0, atol=0)
+        torch.testing.assert_close(s, s2, equal_nan=True, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("lift, op, identity", [
+    # field 1 does not add at equal maxima
+    (lambda v: (v, v * 0.0 + 1.0), lambda m1, s1, m2, s2: (tc.maximum(m1, m2), s1 + s2 + s1 * s2), (-inf, 0.0)),
+    # adds, but its share is no NaN where x is (a tile's maximum skips NaN)
+    (lambda v: (v, tc.where(v == v, 1.0, 1.0)), lambda m1, s1, m2, s2: (tc.maximum(m1, m2), s1 + s2), (-inf, 0.0)),
+    # field 0 is no maximum
+    (lambda v: (v, v * 0.0 + 1.0), lambda m1, s1, m2, s2: (tc.minimum(m1, m2), s1 + s2), (inf, 0.0)),
+])
+def test_no_share_is_derived_where_the_laws_do_not_make_one(lift, op, identity):
+    x = torch.randn(4, 9)
+    x[1, 2] = nan
+    pipe = tc.map(lift) >> tc.reduce(op, axis=1, identity=identity)
+    assert pipe.explain(x).kernel_plan.folds[0].share is None
+    assert_matches_torch(pipe, x)
+
+
 def test_every_declared_share_is_its_operators_sum_at_a_maximum():
     """The contract a declared share promises (declare_share), checked by torch in float64 on every pair of
     special and ordinary values with x <= m: share(m, x) is field 1 of op((m, 0), lift(x)), field 0 of that is m,

@@ -24,7 +24,7 @@ import torch
 from ..errors import DTypeError
 from ..pipeline.fields import field_inputs
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan
-from ..pipeline.operators import declared_share, identities
+from ..pipeline.operators import declared_share, derived_share, identities
 from ..pipeline.verify import check_in_dtypes, operator_commutes, operator_identity, operator_spec
 from ..scalar.builtins import TupleOpSpec, tuple_operator
 from ..scalar.ir import Function
@@ -154,13 +154,18 @@ def _fold(pipeline: PipelineIR, binding: Binding, at: int, commutes: bool, first
         commutes = spec.commutative
     if isinstance(stage, Scan):
         return TileScan(stage, at, combined, acc, typed, spec, commutes=commutes)
-    share = _share(pipeline, at, stage) if first else None  # a reduce after a scan takes the scanned tile as it is
+    # a reduce after a scan takes the scanned tile as it is
+    share = _share(pipeline, at, stage, commutes) if first else None
     return TileReduce(stage, at, combined, acc, typed, spec, ordered=not commutes, share=share)
 
 
-def _share(pipeline: PipelineIR, at: int, stage: Reduce) -> Function | None:
-    """The declared share of a reduce right after its lift map (:func:`declare_share`), or None."""
-    if at == 0:
+def _share(pipeline: PipelineIR, at: int, stage: Reduce, commutes: bool) -> Function | None:
+    """The share of a reduce right after its lift map, declared by the library (:func:`declare_share`) or derived
+    for a user's operator that commutes (:func:`derived_share`), or None."""
+    lift = pipeline.stages[at - 1] if at else None
+    if not isinstance(lift, Map):
         return None
-    lift = pipeline.stages[at - 1]
-    return declared_share(lift.fn, stage.op, stage.identity) if isinstance(lift, Map) else None
+    declared = declared_share(lift.fn, stage.op, stage.identity)
+    if declared is not None or not commutes or operator_spec(stage.op) is not None:
+        return declared
+    return derived_share(lift.fn, stage.op, stage.identity)

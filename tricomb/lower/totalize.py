@@ -17,7 +17,7 @@ import dataclasses
 
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan
 from ..pipeline.verify import operator_spec
-from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall, fold
+from ..scalar.ir import Arg, Call, Function, substitute
 
 
 def _needs_flag(stage) -> bool:
@@ -27,25 +27,13 @@ def _needs_flag(stage) -> bool:
     return spec is None or spec.identity is None
 
 
-def _expr(value) -> Expr:
-    """A value :func:`fold` hands over: an expression, or a constant's Python number."""
-    return value if isinstance(value, (Arg, Call, JitCall)) else Const(value)
-
-
-def _renamed(op: Function, args: list[Expr]) -> list[Expr]:
-    """``op``'s outputs with its argument ``i`` replaced by the expression ``args[i]``."""
-    def rebuild(expr, operands):
-        return dataclasses.replace(expr, args=tuple(_expr(o) for o in operands))
-    return [_expr(o) for o in fold(op, args, rebuild)]
-
-
 def flagged_operator(op: Function) -> Function:
     """``op'`` of the module docstring: arguments ``(va, a..., vb, b...)``, results ``(valid, fields...)``."""
     k = len(op.outputs)
     va, vb = Arg(0), Arg(k + 1)
     left, right = [Arg(1 + j) for j in range(k)], [Arg(k + 2 + j) for j in range(k)]
     both = Call("logical_and", (va, vb))
-    combined = _renamed(op, left + right)
+    combined = substitute(op, left + right)
     fields = [Call("where", (both, c, Call("where", (va, a, b)))) for c, a, b in zip(combined, left, right)]
     return Function(2 * k + 2, (Call("logical_or", (va, vb)), *fields), op.name, op.location)
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import math
 import threading
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ import torch
 from ..errors import ArgumentError, LawError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.dtypes import compute_dtype, typed_identity
-from ..scalar.ir import Arg, Call, Const, Function, JitCall, JitRef, walk
+from ..scalar.ir import Arg, Call, Const, Function, JitCall, JitRef, substitute, walk
 from ..scalar.literals import NotExact, number_key, plain_number
 from .samples import Run, Sample, Unevaluable, combine, differs, draw_sample, given, user_sample
 
@@ -92,6 +93,52 @@ def declare_share(lift: Function, op: Function, identity, share: Function) -> No
 
 def declared_share(lift: Function, op: Function, identity) -> Function | None:
     return _SHARES.get((lift, op, identity))
+
+
+def derived_share(lift: Function, op: Function, identity) -> Function | None:
+    """The share of a user's online normalizer's pair (:func:`declare_share`), derived where it can be shown
+    to be one, else None. The caller has shown that ``op`` is associative and commutes. Here: ``lift(x)`` is
+    ``(x, c(x))``; ``op``'s field 0 is the builtin ``maximum`` of the field 0s; ``identity`` is ``(-inf, 0)``;
+    where the field 0s are equal, field 1 is the sum of the field 1s, exactly, on a grid of values (every
+    number of the grid as the maximum, infinities included, and field 1s with NaN and infinities, in float64
+    and float32); and the share ``op(m, 0, x, c(x))[1]``, the expression itself, is NaN where ``x`` is. For
+    ``x <= m`` field 0 of ``op(m, 0, lift(x))`` is then ``m`` and its field 1 the share, and folding a tile's
+    shares at its maximum equals folding the tile by ``op``."""
+    if not _normalizer_shape(lift, op, identity):
+        return None
+    return _checked_share(lift, op)
+
+
+def _normalizer_shape(lift: Function, op: Function, identity) -> bool:
+    maxima = (Call("maximum", (Arg(0), Arg(2))), Call("maximum", (Arg(2), Arg(0))))
+    return (lift.arity == 1 and len(lift.outputs) == 2 and lift.outputs[0] == Arg(0) and op.arity == 4
+            and len(op.outputs) == 2 and op.outputs[0] in maxima and isinstance(identity, tuple)
+            and len(identity) == 2 and identity[0] == -math.inf and identity[1] == 0)
+
+
+_MAXIMA = (-math.inf, -1e30, -80.0, -2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 3.0, 80.0, 1e30, math.inf)
+_FIELDS = (0.0, 1.0, 2.5, 1e-3, 7.0, 1e30, math.inf, math.nan)
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_share(lift: Function, op: Function) -> Function | None:
+    c = substitute(Function(1, lift.outputs[1:]), [Arg(1)])[0]
+    share = Function(2, (substitute(Function(4, op.outputs[1:]), [Arg(0), Const(0.0), Arg(1), c])[0],),
+                     f"share of {op.name}")
+    for dtype in (torch.float64, torch.float32):
+        m, a, b = torch.meshgrid(torch.tensor(_MAXIMA, dtype=dtype), torch.tensor(_FIELDS, dtype=dtype),
+                                 torch.tensor(_FIELDS, dtype=dtype), indexing="ij")
+        try:
+            field0, field1 = _apply(op, [m, a], [m, b])
+            at_nan = _apply(share, [torch.tensor(_MAXIMA, dtype=dtype)], [torch.full((len(_MAXIMA),), math.nan,
+                                                                                       dtype=dtype)])[0]
+        except LawError:
+            return None
+        added = a + b
+        if not (torch.equal(field0, m) and bool(((field1 == added) | (field1.isnan() & added.isnan())).all())
+                and bool(at_nan.isnan().all())):
+            return None
+    return share
 
 
 def _apply(fn: Function, a: list, b: list) -> list[torch.Tensor]:

@@ -194,6 +194,17 @@ def fold(function: Function, args: list, on_call) -> list:
     return [values[out] for out in function.outputs]
 
 
+def substitute(function: Function, args: list[Expr]) -> list[Expr]:
+    """``function``'s outputs with its argument ``i`` replaced by the expression ``args[i]`` (each distinct node
+    rebuilt once: linear in the DAG)."""
+    def as_expr(value) -> Expr:
+        return value if isinstance(value, (Arg, Const, Call, JitCall)) else Const(value)
+
+    def rebuild(expr, operands):
+        return type(expr)(expr.op if isinstance(expr, Call) else expr.fn, tuple(as_expr(o) for o in operands))
+    return [as_expr(o) for o in fold(function, args, rebuild)]
+
+
 def jit_functions(function: Function) -> list[JitRef]:
     """The user ``@triton.jit`` functions ``function`` calls, in first-use order, without repeats."""
     seen: dict[JitRef, None] = {}
