@@ -45,7 +45,7 @@ import torch
 from ..errors import ArgumentError, LawError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.dtypes import compute_dtype, typed_identity
-from ..scalar.ir import Arg, Call, Const, Function, JitCall, JitRef, substitute, walk
+from ..scalar.ir import Arg, Call, Const, Function, JitCall, JitRef, fold, substitute, walk
 from ..scalar.literals import NotExact, number_key, plain_number
 from .samples import Run, Sample, Unevaluable, combine, differs, draw_sample, given, user_sample
 
@@ -120,11 +120,41 @@ _MAXIMA = (-math.inf, -1e30, -80.0, -2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 3.0, 80.0, 
 _FIELDS = (0.0, 1.0, 2.5, 1e-3, 7.0, 1e30, math.inf, math.nan)
 
 
+def _at_maximum(expr) -> object:
+    """``expr``, a function of ``m`` (``Arg(0)``) and ``x`` (``Arg(1)``), simplified where ``m`` is a number no
+    smaller than ``x``, as a kernel calls a share: ``maximum(m, x)`` is ``m``, ``m == m`` holds, a ``where`` on a
+    truth it knows is that branch, and ``0.0 + y`` is ``y``. (So the user's ``s1 * exp(m1 - m)`` for the empty
+    side, times its 0, is not computed: one exponential per element, as the declared share has.)"""
+    m = Arg(0)
+
+    def rule(node, operands):
+        args = tuple(o if isinstance(o, (Arg, Const, Call, JitCall)) else Const(o) for o in operands)
+        if isinstance(node, Call) and node.op == "maximum" and m in args:
+            return m
+        if isinstance(node, Call) and node.op == "eq" and args == (m, m):
+            return Const(True)
+        if isinstance(node, Call) and node.op == "where" and isinstance(args[0], Const) and args[0].value is True:
+            return args[1]
+        if isinstance(node, Call) and node.op == "add" and isinstance(args[0], Const) and args[0].value == 0:
+            return args[1]
+        return type(node)(node.op if isinstance(node, Call) else node.fn, args)
+    out = fold(Function(2, (expr,)), [Arg(0), Arg(1)], rule)[0]
+    return out if isinstance(out, (Arg, Const, Call, JitCall)) else Const(out)
+
+
 @functools.lru_cache(maxsize=64)
 def _checked_share(lift: Function, op: Function) -> Function | None:
     c = substitute(Function(1, lift.outputs[1:]), [Arg(1)])[0]
-    share = Function(2, (substitute(Function(4, op.outputs[1:]), [Arg(0), Const(0.0), Arg(1), c])[0],),
-                     f"share of {op.name}")
+    full = substitute(Function(4, op.outputs[1:]), [Arg(0), Const(0.0), Arg(1), c])[0]
+    share = Function(2, (_at_maximum(full),), f"share of {op.name}")
+    grid = torch.tensor(_MAXIMA, dtype=torch.float64)
+    m, x = (t.reshape(-1) for t in torch.meshgrid(grid, grid, indexing="ij"))
+    m, x = m[x <= m], x[x <= m]
+    try:
+        if not torch.equal(_apply(share, [m], [x])[0], _apply(Function(2, (full,)), [m], [x])[0]):
+            return None
+    except LawError:
+        return None
     for dtype in (torch.float64, torch.float32):
         m, a, b = torch.meshgrid(torch.tensor(_MAXIMA, dtype=dtype), torch.tensor(_FIELDS, dtype=dtype),
                                  torch.tensor(_FIELDS, dtype=dtype), indexing="ij")
