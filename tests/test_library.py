@@ -168,6 +168,20 @@ def test_a_users_online_normalizer_gets_a_derived_share(device):
         torch.testing.assert_close(s, s2, equal_nan=True, rtol=1e-5, atol=0)
 
 
+def test_a_derived_share_is_for_float_maxima_and_keeps_field_0_exact():
+    """No share for integer maxima (the shares' float sum would round them: 2**31 - 1 came back as INT_MIN); a
+    share that is NaN at a number (here inf * exp(-198) at x = 2) leaves field 0 the largest element."""
+    ints = torch.tensor([[16777217, 5, 3], [2 ** 31 - 1, 0, 1], [-7, -3, -3]], dtype=torch.int32)
+    reduce = tc.reduce(_users_logsumexp_step, axis=1, identity=(-inf, 0.0))
+    pipe = tc.map(lambda v: (v, tc.where(v == v, 1.0, v * 1.0))) >> reduce
+    assert pipe.explain(ints).kernel_plan.folds[0].share is None
+    assert pipe(ints)[0].tolist() == [16777217, 2 ** 31 - 1, -3]
+    x = torch.tensor([[2.0, 200.0], [2.0, inf]])
+    pipe = tc.map(lambda v: (v, 1.0 / (v - 2.0))) >> reduce
+    assert pipe.explain(x).kernel_plan.folds[0].share is not None
+    assert pipe(x)[0].tolist() == [200.0, inf]
+
+
 @pytest.mark.parametrize("lift, op, identity", [
     # field 1 does not add at equal maxima
     (lambda v: (v, v * 0.0 + 1.0), lambda m1, s1, m2, s2: (tc.maximum(m1, m2), s1 + s2 + s1 * s2), (-inf, 0.0)),
@@ -175,6 +189,10 @@ def test_a_users_online_normalizer_gets_a_derived_share(device):
     (lambda v: (v, tc.where(v == v, 1.0, 1.0)), lambda m1, s1, m2, s2: (tc.maximum(m1, m2), s1 + s2), (-inf, 0.0)),
     # field 0 is no maximum
     (lambda v: (v, v * 0.0 + 1.0), lambda m1, s1, m2, s2: (tc.minimum(m1, m2), s1 + s2), (inf, 0.0)),
+    # adds at equal maxima only for field 1s that are not negative
+    (lambda v: (v, tc.where(v == v, -1.0, v)), lambda m1, s1, m2, s2: (
+        tc.maximum(m1, m2), tc.where(m1 > m2, s1, tc.where(m2 > m1, s2, tc.where(
+            tc.maximum(m1, m2) == -inf, s1 + s2, tc.abs(s1) + tc.abs(s2))))), (-inf, 0.0)),
 ])
 def test_no_share_is_derived_where_the_laws_do_not_make_one(lift, op, identity):
     x = torch.randn(4, 9)

@@ -58,8 +58,9 @@ def _fold_max_first(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[
     (:func:`~tricomb.pipeline.operators.declare_share`): each row's largest element ``tile_max``, then the sum of
     each element's share at that maximum, joined to the accumulators by the pair combine. (A NaN element, which
     the maximum skips, makes its share and so the sum NaN; the maximum is then made NaN too, as the pair
-    combine's would be.)"""
-    w.comment("the tile taken in max first (the operator's declared share): per row its largest element, then the")
+    combine's would be: for a declared share by the NaN sum, which is NaN exactly where an element is, for a
+    derived one by a maximum that keeps NaN.)"""
+    w.comment("the tile taken in max first (the operator's share): per row its largest element, then the")
     w.comment("sum of each element's share at that maximum, joined to the row's pair by the combine")
     w.line(f"element = tl.where(mask, {to_accumulator(fold, values[0], 0)}, {identity_text(fold, 0)})")
     w.line("tile_max = tl.reduce(element, 1, tl.standard._elementwise_max)")
@@ -67,8 +68,12 @@ def _fold_max_first(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[
     share = emit_function(w, ctx, fold.share, args, "[BLOCK_M, BLOCK_K]")[0]
     w.line(f"share = tl.where(mask, {share.text}, {identity_text(fold, 1)}).to({acc_type(fold, 1)})")
     w.line("tile_sum = tl.reduce(share, 1, tl.standard._sum_combine)")
-    w.line("tile_max = tl.where(tile_sum != tile_sum, tile_sum, tile_max)",
-           comment="a NaN element: the maximum skipped it, the pair is NaN")
+    if fold.declared:
+        w.line("tile_max = tl.where(tile_sum != tile_sum, tile_sum, tile_max)",
+               comment="a NaN element: the maximum skipped it, the pair is NaN")
+    else:
+        w.line("tile_max = tc_extreme_over(element, 1, True)",
+               comment="NaN where an element is (a derived share may be NaN at a number too)")
     w.line(f"{', '.join(accs)} = {combine}({', '.join(accs)}, tile_max, tile_sum)")
 
 

@@ -155,17 +155,22 @@ def _fold(pipeline: PipelineIR, binding: Binding, at: int, commutes: bool, first
     if isinstance(stage, Scan):
         return TileScan(stage, at, combined, acc, typed, spec, commutes=commutes)
     # a reduce after a scan takes the scanned tile as it is
-    share = _share(pipeline, at, stage, commutes) if first else None
-    return TileReduce(stage, at, combined, acc, typed, spec, ordered=not commutes, share=share)
+    share, declared = _share(pipeline, at, stage, commutes, acc) if first else (None, False)
+    return TileReduce(stage, at, combined, acc, typed, spec, ordered=not commutes, share=share,
+                      declared=declared)
 
 
-def _share(pipeline: PipelineIR, at: int, stage: Reduce, commutes: bool) -> Function | None:
-    """The share of a reduce right after its lift map, declared by the library (:func:`declare_share`) or derived
-    for a user's operator that commutes (:func:`derived_share`), or None."""
+def _share(pipeline: PipelineIR, at: int, stage: Reduce, commutes: bool,
+           acc: tuple[torch.dtype, ...]) -> tuple[Function | None, bool]:
+    """The share of a reduce right after its lift map and whether it is declared: by the library
+    (:func:`declare_share`), or derived for a user's operator that commutes on float accumulators
+    (:func:`derived_share`; an integer maximum would meet the float shares' sum), or (None, False)."""
     lift = pipeline.stages[at - 1] if at else None
     if not isinstance(lift, Map):
-        return None
+        return None, False
     declared = declared_share(lift.fn, stage.op, stage.identity)
-    if declared is not None or not commutes or operator_spec(stage.op) is not None:
-        return declared
-    return derived_share(lift.fn, stage.op, stage.identity)
+    if declared is not None:
+        return declared, True
+    if not commutes or operator_spec(stage.op) is not None or not all(d.is_floating_point for d in acc):
+        return None, False
+    return derived_share(lift.fn, stage.op, stage.identity), False

@@ -73,11 +73,13 @@ class TileReduce(_Fold):
 
     ``ordered``: the operator does not commute, so elements fold in row-major order. ``share``: for a reduce
     right after its lift map whose operator is an online normalizer's pair, the declared share of an element at
-    a maximum (:func:`~tricomb.pipeline.operators.declare_share`), by which whole tiles fold (the lift is then
+    a maximum (:func:`~tricomb.pipeline.operators.declare_share`, or derived for a user's operator:
+    :func:`~tricomb.pipeline.operators.derived_share`; ``declared`` tells them apart), by which whole tiles fold (the lift is then
     not computed); else None."""
 
     ordered: bool = False
     share: Function | None = None
+    declared: bool = False  # the share is the library's own: NaN exactly where an element is
 
     @property
     def per_row(self) -> bool:

@@ -117,7 +117,7 @@ def _normalizer_shape(lift: Function, op: Function, identity) -> bool:
 
 
 _MAXIMA = (-math.inf, -1e30, -80.0, -2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 3.0, 80.0, 1e30, math.inf)
-_FIELDS = (0.0, 1.0, 2.5, 1e-3, 7.0, 1e30, math.inf, math.nan)
+_FIELDS = (0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 1e-3, 7.0, 1e30, -1e30, math.inf, -math.inf, math.nan)
 
 
 def _at_maximum(expr) -> object:
