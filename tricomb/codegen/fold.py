@@ -51,11 +51,11 @@ def tile_reduce(fold: Fold, tiles: list[str], axis: int, combine: str) -> str:
     """The expression folding the field tiles ``tiles`` along ``axis`` with the operator: natively where the
     op table has a native fold, else by ``tl.reduce`` with the combine function."""
     spec = fold.operator
-    if isinstance(spec, TupleOpSpec) and spec.tile_reduce is not None:
-        return spec.tile_reduce.format(*tiles, axis)
-    if spec is None or isinstance(spec, TupleOpSpec) or spec.tile_reduce is None:
+    native = spec.tile_reduce if spec is not None else None
+    if native is None:
         return f"tl.reduce({packed(tiles)}, {axis}, {combine})"
-    return spec.tile_reduce.format(packed(tiles), axis)
+    # an operator on tuples takes its field tiles one by one; a builtin on values takes the packed operand
+    return native.format(*tiles, axis) if isinstance(spec, TupleOpSpec) else native.format(packed(tiles), axis)
 
 
 def tile_scan(fold: Fold, tiles: list[str], axis: int, combine: str) -> str:

@@ -229,7 +229,12 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
         kinds = ", ".join(str(o.dtype)[6:] if isinstance(o, Value) else type(o).__name__ for o in operands)
         raise DTypeError(f"{name} cannot take ({kinds}) in function {fn.name!r}: torch says: {exc}",
                          fn.location) from None
-    helper_call = isinstance(expr, JitCall) or bool(OPS[expr.op].helpers)
+    spec = OPS[expr.op] if isinstance(expr, Call) else None
+    if spec is not None and (spec.leaf or spec.converts_to):
+        result = ctx.names.fresh("t")
+        w.line(f"{result} = {_internal(ctx, spec, operands[0], dtype)}")
+        return Value(result, dtype, isinstance(operands[0], Value) and operands[0].zero_dim and not spec.leaf)
+    helper_call = isinstance(expr, JitCall) or bool(spec.helpers)
     no_tensor = not any(isinstance(o, Value) for o in operands[-2:])
     targets = _targets(expr, operands, dtype)
     texts = [o.text if isinstance(o, Value) and t is None else
@@ -241,10 +246,6 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
         raise DTypeError(f"pow of integers is not supported yet in function {fn.name!r}; make one operand a "
                          "float (x * 1.0)", fn.location)
     result = ctx.names.fresh("t")
-    spec = OPS[expr.op] if isinstance(expr, Call) else None
-    if spec is not None and (spec.leaf or spec.converts_to):
-        w.line(f"{result} = {_internal(ctx, spec, operands[0], dtype)}")
-        return Value(result, dtype, isinstance(operands[0], Value) and operands[0].zero_dim and not spec.leaf)
     rendered = _render(ctx, expr, texts, dtype)
     if dtype in _WIDER:
         rendered = _wrap(ctx, rendered, dtype, arith_dtype(dtype))

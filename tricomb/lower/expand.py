@@ -36,17 +36,17 @@ from ..scalar.ir import Arg, Call, Const, Function
 from .bind import Binding, combined_dtypes
 
 
+def _nan_to_zero() -> Function:
+    """``v -> where(v != v, 0, v)``."""
+    v = Arg(0)
+    return Function(1, (Call("where", (Call("ne", (v, v)), Const(0), v)),), "nan_to_zero")
+
+
 def _nan_split() -> Function:
     """``v -> (where(v != v, 0, v), where(v != v, 0.0, 1.0))``."""
     v = Arg(0)
-    nan = Call("ne", (v, v))
-    return Function(1, (Call("where", (nan, Const(0), v)), Call("where", (nan, Const(0.0), Const(1.0)))),
-                    "split_nan")
-
-
-def _nan_to_zero() -> Function:
-    v = Arg(0)
-    return Function(1, (Call("where", (Call("ne", (v, v)), Const(0), v)),), "nan_to_zero")
+    not_nan = Call("where", (Call("ne", (v, v)), Const(0.0), Const(1.0)))
+    return Function(1, (_nan_to_zero().output, not_nan), "split_nan")
 
 
 def _pair_sum() -> Function:

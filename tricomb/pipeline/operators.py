@@ -45,7 +45,7 @@ import torch
 from ..errors import ArgumentError, LawError
 from ..scalar.builtins import OPS, OpSpec
 from ..scalar.dtypes import compute_dtype, typed_identity
-from ..scalar.ir import Arg, Call, Const, Function, JitCall, JitRef, fold, substitute, walk
+from ..scalar.ir import Arg, Call, Const, Function, JitCall, JitRef, as_expr, fold, rebuilt, substitute, walk
 from ..scalar.literals import NotExact, number_key, plain_number
 from .samples import Run, Sample, Unevaluable, combine, differs, draw_sample, given, user_sample
 
@@ -128,7 +128,7 @@ def _at_maximum(expr) -> object:
     m = Arg(0)
 
     def rule(node, operands):
-        args = tuple(o if isinstance(o, (Arg, Const, Call, JitCall)) else Const(o) for o in operands)
+        args = tuple(as_expr(o) for o in operands)
         if isinstance(node, Call) and node.op == "maximum" and m in args:
             return m
         if isinstance(node, Call) and node.op == "eq" and args == (m, m):
@@ -137,9 +137,8 @@ def _at_maximum(expr) -> object:
             return args[1]
         if isinstance(node, Call) and node.op == "add" and isinstance(args[0], Const) and args[0].value == 0:
             return args[1]
-        return type(node)(node.op if isinstance(node, Call) else node.fn, args)
-    out = fold(Function(2, (expr,)), [Arg(0), Arg(1)], rule)[0]
-    return out if isinstance(out, (Arg, Const, Call, JitCall)) else Const(out)
+        return rebuilt(node, list(args))
+    return as_expr(fold(Function(2, (expr,)), [Arg(0), Arg(1)], rule)[0])
 
 
 @functools.lru_cache(maxsize=64)

@@ -194,15 +194,20 @@ def fold(function: Function, args: list, on_call) -> list:
     return [values[out] for out in function.outputs]
 
 
+def as_expr(value) -> Expr:
+    """A value :func:`fold` hands over as an expression: an expression as it is, a constant's number as a Const."""
+    return value if isinstance(value, (Arg, Const, Call, JitCall)) else Const(value)
+
+
+def rebuilt(node: Call | JitCall, operands: list) -> Expr:
+    """``node`` with ``operands`` (expressions, or constants' numbers, as :func:`fold` hands them over)."""
+    return type(node)(node.op if isinstance(node, Call) else node.fn, tuple(as_expr(o) for o in operands))
+
+
 def substitute(function: Function, args: list[Expr]) -> list[Expr]:
     """``function``'s outputs with its argument ``i`` replaced by the expression ``args[i]`` (each distinct node
     rebuilt once: linear in the DAG)."""
-    def as_expr(value) -> Expr:
-        return value if isinstance(value, (Arg, Const, Call, JitCall)) else Const(value)
-
-    def rebuild(expr, operands):
-        return type(expr)(expr.op if isinstance(expr, Call) else expr.fn, tuple(as_expr(o) for o in operands))
-    return [as_expr(o) for o in fold(function, args, rebuild)]
+    return [as_expr(o) for o in fold(function, args, rebuilt)]
 
 
 def jit_functions(function: Function) -> list[JitRef]:
