@@ -76,7 +76,51 @@ def _cases() -> list[Case]:
              {"tricomb, one input as (max, price) pairs": _pairs_drawdown()}, ">= 1.5x compile"),
         Case("P12", "eight-op map/zip_with chain over 3 inputs", lambda: [_randn(N), _randn(N), _randn(N)],
              lambda: tc.zip_with(_chain), lambda a, b, c: _chain_torch(a, b, c), {}, ">= 0.95x compile, >= 0.9 C"),
-    ] + _layout_cases()
+    ] + _layout_cases() + _attach_cases()
+
+
+def _liger(name: str):
+    """Liger-Kernel's forward of ``name`` (softmax, rms_norm, layer_norm), or None where it is not installed."""
+    try:
+        from liger_kernel.ops import layer_norm, rms_norm, softmax
+    except ImportError:
+        return None
+    return {"softmax": lambda x: softmax.LigerSoftmaxFunction.apply(x),
+            "rms_norm": lambda x, w: rms_norm.LigerRMSNormFunction.apply(x, w, 1e-6),
+            "layer_norm": lambda x, w, b: layer_norm.LigerLayerNormFunction.apply(x, w, b, 1e-5)}[name]
+
+
+def _peers(name: str) -> dict:
+    peer = _liger(name)
+    return {} if peer is None else {"Liger-Kernel": peer}
+
+
+def _two_pass_softmax() -> tc.Pipeline:
+    return tc.parse("attach max(axis=-1) | map (v, m) -> exp(v - m) | attach sum(axis=-1) | map (e, s) -> e / s")
+
+
+def _attach_cases() -> list[Case]:
+    """Reductions used again on every element of the row (BENCH.md's N cases), against Liger-Kernel's kernels."""
+    F = torch.nn.functional
+    return [
+        Case("N1", "softmax along rows (tc.library.softmax)", lambda: [_randn(32768, 8192)],
+             lambda: tc.library.softmax(), lambda x: torch.softmax(x, -1), _peers("softmax"),
+             ">= 1.0x Liger, >= 1.1x compile"),
+        Case("N2", "softmax along long rows", lambda: [_randn(1024, 262144)], lambda: tc.library.softmax(),
+             lambda x: torch.softmax(x, -1), {}, ">= 1.2x compile"),
+        Case("N3", "RMSNorm rows with weight (bf16)",
+             lambda: [_randn(65536, 8192, dtype=torch.bfloat16), _randn(8192, dtype=torch.bfloat16)],
+             lambda: tc.library.rms_norm(), lambda x, w: F.rms_norm(x, (8192,), w, 1e-6), _peers("rms_norm"),
+             ">= 1.0x compile and Liger"),
+        Case("N4", "LayerNorm rows with weight and bias", lambda: [_randn(32768, 8192), _randn(8192), _randn(8192)],
+             lambda: tc.library.layer_norm(), lambda x, w, b: F.layer_norm(x, (8192,), w, b), _peers("layer_norm"),
+             ">= 1.0x compile and Liger"),
+        Case("N6", "two-pass softmax written by the user", lambda: [_randn(32768, 8192)], _two_pass_softmax,
+             lambda x: torch.softmax(x, -1), {"tc.library.softmax": tc.library.softmax()},
+             "within 10% of N1"),
+        Case("N2u", "two-pass softmax written by the user, long rows", lambda: [_randn(1024, 262144)],
+             _two_pass_softmax, lambda x: torch.softmax(x, -1), {}, "within 10% of N2"),
+    ]
 
 
 def _pairs_drawdown():

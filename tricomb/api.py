@@ -11,7 +11,7 @@ from .errors import (ArgumentError, AxisError, DTypeError, UnsupportedError, cal
                      too_deeply_nested)
 from .codegen.strategies import describe, strategy_for
 from .lower.fuse import KernelPlan
-from .pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
+from .pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith
 from .pipeline.operators import normalized_identity
 from .pipeline.printer import pipeline_text
 from .pipeline.shorthands import SHORTHANDS, Shorthand
@@ -282,6 +282,28 @@ def fanout(*reduces: Pipeline) -> Pipeline:
     reduce_ = Reduce(op, stages[0].axis, stages[0].keepdim, identity=tuple(spec.identity for spec in specs),
                      location=where)
     return Pipeline(PipelineIR((Map(copies, where), reduce_)))
+
+
+def build_attach(reduction, where) -> Pipeline:
+    if not isinstance(reduction, Pipeline):
+        raise ArgumentError(f"tc.attach takes a pipeline ending in a reduce (tc.max(axis=-1), "
+                            f"tc.map(tc.square) >> tc.mean(axis=-1), a library reduction), not "
+                            f"{type(reduction).__name__}", where)
+    return Pipeline(PipelineIR((Attach(reduction.ir, where),)))
+
+
+def attach(reduction: Pipeline) -> Pipeline:
+    """``attach(P)``: the stream continues element by element, with the result fields of the reduction ``P``
+    over it appended, each broadcast back along the axes ``P`` reduces (the shape ``keepdim=True`` keeps, then
+    expanded): a later stage receives the stream's fields, then ``P``'s. Softmax along rows is
+    ``tc.attach(tc.max(axis=-1)) >> tc.map(lambda v, m: tc.exp(v - m)) >> tc.attach(tc.sum(axis=-1)) >>
+    tc.map(lambda e, s: e / s)``; it runs as one kernel, which reads each row once when it fits on chip.
+
+    ``P`` is maps (and zip_withs of only the stream's fields), one reduce, and maps after it; it brings in no
+    input of its own, and holds no scan. Every attach of a pipeline, and a reduce after them, reduce the same
+    axes. Raises :class:`ArgumentError` for a ``P`` that is no pipeline, :class:`UnsupportedError` for one that
+    is not such a reduction, or for a scan or a reduce before the attach."""
+    return build_attach(reduction, caller_location())
 
 
 def _no_other_arguments(name: str, allowed: str, extra: dict) -> None:

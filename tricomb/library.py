@@ -38,9 +38,11 @@ def _arguments_named(fn):
     return pipeline
 
 
-__all__ = ["linear_recurrence", "ema", "softmax_denominators", "logsumexp", "var", "std", "norm"]
+__all__ = ["linear_recurrence", "ema", "softmax_denominators", "logsumexp", "softmax", "log_softmax", "layer_norm",
+           "rms_norm", "var", "std", "norm"]
 
-exp, log, sqrt, abs_, where, maximum = (BUILTINS[n] for n in ("exp", "log", "sqrt", "abs", "where", "maximum"))
+exp, log, sqrt, rsqrt, abs_, where, maximum = (BUILTINS[n] for n in ("exp", "log", "sqrt", "rsqrt", "abs", "where",
+                                                                     "maximum"))
 _INF = float("inf")
 _NAN = float("nan")
 # A constant field is written where(x == x, c, x): c in x's dtype and shape, and NaN where x is NaN (x * 0.0 + c
@@ -138,6 +140,74 @@ def logsumexp(axis=-1, keepdim: bool = False) -> api.Pipeline:
     """``log(sum(exp(x)))`` along ``axis`` as torch.logsumexp: ``m + log(s)`` of the max and the shifted sum
     (an all ``-inf`` row gives ``-inf``; ``+inf`` gives ``+inf``)."""
     return _max_and_shifted_sum(axis, keepdim) >> api.map(lambda m, s: where(s == 0.0, m, m + log(s)))
+
+
+@_arguments_named
+def softmax(axis=-1) -> api.Pipeline:
+    """``exp(x - m) / s`` along ``axis``, as torch.softmax: one kernel, the denominators
+    (:func:`softmax_denominators`) attached to every element of the row (``tc.attach``). Float inputs; the
+    result has the input's shape and dtype (half types computed in float32). A row holding NaN or ``+inf``, or
+    only ``-inf``, is NaN, as torch's."""
+    return api.attach(softmax_denominators(axis=axis)) >> api.map(lambda v, m, s: exp(v - m) / s)
+
+
+@_arguments_named
+def log_softmax(axis=-1) -> api.Pipeline:
+    """``x - m - log(s)`` along ``axis``, as torch.log_softmax (special values as :func:`softmax`'s)."""
+    return api.attach(softmax_denominators(axis=axis)) >> api.map(lambda v, m, s: v - m - log(s))
+
+
+def _eps(eps, name: str) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not _float(eps) >= 0.0:
+        raise ArgumentError(f"{name}'s eps must be a number >= 0, got {eps!r}", caller_location())
+    return float(eps)
+
+
+def _flag(value, name: str, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ArgumentError(f"{name}'s {what} must be True or False (whether the pipeline takes a {what} input), "
+                            f"got {value!r}", caller_location())
+    return value
+
+
+def _scaled(weight: bool, bias: bool):
+    """The last stage of a norm: the normalized value ``u`` times a weight input and plus a bias input, each
+    present or not (a zip_with bringing them in, or a map)."""
+    if weight and bias:
+        return api.zip_with(lambda u, w, b: u * w + b)
+    if weight or bias:
+        return api.zip_with(lambda u, w: u * w) if weight else api.zip_with(lambda u, b: u + b)
+    return None
+
+
+@_arguments_named
+def layer_norm(eps: float = 1e-5, weight: bool = True, bias: bool = True, axis=-1) -> api.Pipeline:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over ``axis`` (the last: torch's ``normalized_shape``
+    of one dimension; a tuple of trailing axes for more), as torch.nn.functional.layer_norm: the mean and the
+    biased variance of each row, the variance taken of the shifted values ``x - mean`` (two passes over the row,
+    which cancel nothing; one read when the row fits on chip). Inputs ``x``, then ``weight`` and ``bias`` when
+    given (each broadcast as torch does: shaped like the normalized axes). Raises :class:`~tricomb.ArgumentError`
+    for a negative ``eps`` or a flag that is not a bool."""
+    eps = _eps(eps, "layer_norm")
+    weight, bias = _flag(weight, "layer_norm", "weight"), _flag(bias, "layer_norm", "bias")
+    centered = api.attach(api.mean(axis=axis)) >> api.map(lambda v, mean: v - mean)
+    normalized = centered >> api.attach(api.map(lambda d: d * d) >> api.mean(axis=axis)) >> api.map(
+        lambda d, var: d * rsqrt(var + eps))
+    scaled = _scaled(weight, bias)
+    return normalized if scaled is None else normalized >> scaled
+
+
+@_arguments_named
+def rms_norm(eps: float = 1e-6, weight: bool = True, axis=-1) -> api.Pipeline:
+    """``x * rsqrt(mean(x ** 2) + eps) * weight`` over ``axis`` (the last, or a tuple of trailing axes), as
+    torch.nn.functional.rms_norm with this ``eps`` (torch's default, None, is the dtype's machine epsilon: pass
+    it to match). Inputs ``x``, then ``weight`` when given. One kernel; half types computed in float32 and
+    rounded once. Raises :class:`~tricomb.ArgumentError` for a negative ``eps``."""
+    eps = _eps(eps, "rms_norm")
+    weight = _flag(weight, "rms_norm", "weight")
+    normalized = api.attach(api.map(lambda v: v * v) >> api.mean(axis=axis)) >> api.map(
+        lambda v, ms: v * rsqrt(ms + eps))
+    return normalized >> api.zip_with(lambda u, w: u * w) if weight else normalized
 
 
 def _moments(axis, keepdim: bool) -> api.Pipeline:

@@ -39,6 +39,10 @@ def _cases():
         "drawdown": (tc.parse("scan maximum | zip_with sub | max"), (torch.ones(4096), torch.ones(4096))),
         "user_jit_map": (tc.map(_leaky) >> tc.reduce(tc.add), (f32,)),
         "first_no_identity": (tc.reduce(lambda a, b: a, axis=1), (f32,)),
+        "softmax_two_pass": (tc.parse("attach max(axis=-1) | map (v, m) -> exp(v - m) | attach sum(axis=-1) | "
+                                      "map (e, s) -> e / s"), (f32,)),
+        "softmax": (tc.library.softmax(), (f32,)),
+        "rms_norm_half": (tc.library.rms_norm(), (f32.half(), torch.ones(128).half())),
     }
 
 

@@ -25,13 +25,13 @@ from .scalar import ScalarContext, Value, emit_function
 from .writer import Writer
 
 
-def _split_groups(p: KernelPlan) -> tuple[list[int], list[int]]:
+def split_groups(p: KernelPlan) -> tuple[list[int], list[int]]:
     kept = [g for g, grp in enumerate(p.binding.groups) if grp.kind == "kept"]
     reduced = [g for g, grp in enumerate(p.binding.groups) if grp.kind == "reduced"]
     return kept, reduced
 
 
-def _tile_address(rows: dict[str, str], ks: dict[str, str], slots) -> dict[str, str]:
+def tile_address(rows: dict[str, str], ks: dict[str, str], slots) -> dict[str, str]:
     return {s.name: f"({rows[s.name]}[:, None] + {ks[s.name]}[None, :])" for s in slots}
 
 
@@ -42,7 +42,7 @@ def _before_fold(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: s
     (with ``lift``, for a declared share, the stream before the last stage, the lift, which the fold applies
     itself)."""
     before = p.joining(0)
-    values = emit_loads(w, ctx, p, before, _tile_address(rows, ks, before), mask, whole)
+    values = emit_loads(w, ctx, p, before, tile_address(rows, ks, before), mask, whole)
     segment = p.segments[0]
     if not lift:
         return emit_stages(w, ctx, p, segment, first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
@@ -77,7 +77,7 @@ def _fold_max_first(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[
     w.line(f"{', '.join(accs)} = {combine}({', '.join(accs)}, tile_max, tile_sum)")
 
 
-def _after_fold(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: Fold, names: list[str], address, mask: str,
+def after_fold(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: Fold, names: list[str], address, mask: str,
                 shape: str, whole: str | None = None) -> list[Value]:
     """The elementwise stages after ``fold``, on its combined fields ``names``, with the inputs that join there
     loaded at ``address`` (unmasked when ``whole`` holds)."""
@@ -88,7 +88,7 @@ def _after_fold(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: Fold, names:
     return emit_stages(w, ctx, p, p.following(fold, Elementwise), stream, values, shape)
 
 
-def _accumulate(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[str], values: list[Value],
+def accumulate(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[str], values: list[Value],
                 combine: str) -> None:
     """Fold one tile of the stream's fields (masked lanes as the identity) into the reduce's accumulators: lane
     by lane into tile-shaped ones, or, for an operator that does not commute, in order into per-row ones."""
@@ -111,7 +111,19 @@ def _finish(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: TileReduce, comb
     ``split`` holds, rows are shared by programs and the last one finishes them (the fold's
     :class:`~tricomb.lower.segments.Ticket`, this program being part ``part`` of row tile ``ticket``); then a
     the stages after the reduce and the store."""
-    totals = fields("total", fold.width)
+    totals = row_totals(w, fold, accs, combine)
+    with w.block(f"if {split}:"):
+        emit_last_program(w, p.following(fold, Ticket), combine, totals, part, ticket)
+    with w.block("else:"):
+        w.line("keep = row_mask")
+    value = after_fold(w, ctx, p, fold, totals, rows, "keep", "[BLOCK_M]")
+    store(w, ctx, p, p.following(fold, Store), value, rows, "keep")
+
+
+def row_totals(w: Writer, fold: TileReduce, accs: list[str], combine: str, base: str = "total") -> list[str]:
+    """Each row's total (named from ``base``) from the accumulators ``accs`` of ``fold`` after its loop: the
+    per-row value (the identity for rows past ``M``), or the tile's lanes folded."""
+    totals = fields(base, fold.width)
     if fold.per_row:
         for j, (t, acc) in enumerate(zip(totals, accs)):
             w.line(f"{t} = tl.where(row_mask, {acc}, {identity_text(fold, j)})",
@@ -119,17 +131,13 @@ def _finish(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: TileReduce, comb
                    else None)
     else:
         w.line(f"{', '.join(totals)} = {reduce_tile(fold, accs, combine)}")
-    with w.block(f"if {split}:"):
-        emit_last_program(w, p.following(fold, Ticket), combine, totals, part, ticket)
-    with w.block("else:"):
-        w.line("keep = row_mask")
-    value = _after_fold(w, ctx, p, fold, totals, rows, "keep", "[BLOCK_M]")
-    store(w, ctx, p, p.following(fold, Store), value, rows, "keep")
+    return totals
 
 
-def _start_accumulators(w: Writer, fold: TileReduce) -> list[str]:
-    """The accumulators of ``fold``, filled with its identity: one value per row, or one per lane of a tile."""
-    accs = fields("acc", fold.width)
+def start_accumulators(w: Writer, fold: TileReduce, base: str = "acc") -> list[str]:
+    """The accumulators of ``fold`` (named from ``base``), filled with its identity: one value per row, or one
+    per lane of a tile."""
+    accs = fields(base, fold.width)
     shape = "[BLOCK_M]" if fold.per_row else "[BLOCK_M, BLOCK_K]"
     for j, acc in enumerate(accs):
         w.line(f"{acc} = tl.full({shape}, {identity_text(fold, j)}, {acc_type(fold, j)})")
@@ -141,12 +149,12 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
     ``TICKET``, rows split across programs (the :class:`~tricomb.lower.segments.Ticket`). ``combines`` names the
     fold's combine function."""
     (fold,), (combine,) = p.folds, combines
-    kept, reduced = _split_groups(p)
+    kept, reduced = split_groups(p)
     program_ids(w, ["pid_m", "pid_k"])
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
     rows = emit_offsets(w, "rows", kept, p.slots, "r")
-    accs = _start_accumulators(w, fold)
+    accs = start_accumulators(w, fold)
     w.line("CHUNK = ((K + SPLIT - 1) // SPLIT + BLOCK_K - 1) // BLOCK_K * BLOCK_K", comment="the part of K each of SPLIT programs reduces")
     w.line("k_start = pid_k * CHUNK")
     with w.block("for k0 in range(0, CHUNK, BLOCK_K):"):
@@ -157,7 +165,7 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
             w.line(f"{POSITION} = ks[None, :].to(tl.int64)", comment="positions along the reduced axes")
         values = _before_fold(w, ctx, p, rows, ks, "mask", lift=fold.share is not None)
         w.comment(f"stage {fold.at}: {stage_text(fold.stage)}")
-        _accumulate(w, ctx, fold, accs, values, combine)
+        accumulate(w, ctx, fold, accs, values, combine)
     _finish(w, ctx, p, fold, combine, accs, rows, "TICKET", "pid_k", "pid_m")
 
 
@@ -261,14 +269,14 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple
     after the loop (and across programs by the last one, with ``LOOKBACK``), so the scanned values are never
     stored. ``combines`` names each fold's combine function."""
     scan, *fused = p.folds
-    kept, reduced = _split_groups(p)
+    kept, reduced = split_groups(p)
     _scan_program(w)
     w.line("rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
     rows = emit_offsets(w, "rows", kept, p.slots, "r")
     for j, carry in enumerate(fields("carry", scan.width)):
         w.line(f"{carry} = tl.full([BLOCK_M], {identity_text(scan, j)}, {acc_type(scan, j)})")
-    accs = _start_accumulators(w, fused[0]) if fused else []
+    accs = start_accumulators(w, fused[0]) if fused else []
     with w.block("for k0 in range(k_first, k_stop, BLOCK_K):"):
         w.line("ks = k0 + tl.arange(0, BLOCK_K)")
         reads, ks, read_mask = _scan_positions(w, p, scan, reduced)
@@ -278,12 +286,12 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple
         values = _before_fold(w, ctx, p, rows, reads, read_mask, "whole")
         w.comment(f"stage {scan.at}: {stage_text(scan.stage)}")
         scanned = _scan_tile(w, ctx, p, scan, combines[0], values, read_mask)
-        address = _tile_address(rows, ks, [s for s in p.slots if s.phase > 0])
-        value = _after_fold(w, ctx, p, scan, scanned, address, "mask", "[BLOCK_M, BLOCK_K]", "whole")
+        address = tile_address(rows, ks, [s for s in p.slots if s.phase > 0])
+        value = after_fold(w, ctx, p, scan, scanned, address, "mask", "[BLOCK_M, BLOCK_K]", "whole")
         if not fused:
             store(w, ctx, p, p.following(scan, Store), value, address, "mask")
         else:
             w.comment(f"stage {fused[0].at}: {stage_text(fused[0].stage)}, in the same loop")
-            _accumulate(w, ctx, fused[0], accs, value, combines[1])
+            accumulate(w, ctx, fused[0], accs, value, combines[1])
     if fused:
         _finish(w, ctx, p, fused[0], combines[1], accs, rows, "LOOKBACK", "chunk", "pid")

@@ -133,12 +133,14 @@ def emit_loads(w: Writer, ctx: ScalarContext, p: KernelPlan, slots, address: dic
 def emit_stages(w: Writer, ctx: ScalarContext, p: KernelPlan, segment: Elementwise, stream: list[Value],
                 values: dict[str, Value], shape: str) -> list[Value]:
     """Apply the segment's map/zip_with stages to the stream's fields; return the resulting fields. A stage's
-    function takes the stream's fields, then the inputs the stage brings in."""
-    owners = input_stages(p.pipeline)
+    function takes the stream's fields, then the inputs the stage brings in. An attached pipeline's stage is
+    named ``stage a.i``: stage i of the pipeline attached at a."""
+    owners = input_stages(p.pipeline) if segment.within is None else []  # (an attached pipeline brings none)
     for offset, stage in enumerate(segment.stages):
         index = segment.first + offset
         new = [values[f"in{i}"] for i, owner in enumerate(owners) if owner == index]
-        w.comment(f"stage {index}: {stage_text(stage)}")
+        at = index if segment.within is None else f"{segment.within}.{index}"
+        w.comment(f"stage {at}: {stage_text(stage)}")
         stream = emit_function(w, ctx, stage.fn, stream + new, shape)
     return stream
 

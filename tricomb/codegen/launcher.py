@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..lower.fuse import KernelPlan
-from ..lower.segments import Slot, TileReduce, TileScan
+from ..lower.segments import Slot, Ticket, TileReduce, TileScan
 from ..scalar.dtypes import held_dtype
 from ..scalar.literals import number_literal
 from .kernel import group_size, group_stride
@@ -38,7 +38,7 @@ def _int_tuple(values) -> str:
 def _final_reduce(p: KernelPlan) -> TileReduce | None:
     """The reduce whose result the kernel stores: the plan's own, or the one fused after its scan."""
     final = p.folds[-1] if p.folds else None
-    return final if isinstance(final, TileReduce) else None
+    return final if isinstance(final, TileReduce) and not final.attached else None
 
 
 def _out_shape(p: KernelPlan) -> str:
@@ -54,7 +54,7 @@ def _strides_line(w: Writer, p: KernelPlan, slot: Slot) -> None:
     """``st_<slot>``: the slot's stride for every dimension of the iteration space (0 where it broadcasts); a
     slot read or written after a reduce is shaped like the reduce's result."""
     after = p.folds[slot.phase - 1] if slot.phase else None
-    if not isinstance(after, TileReduce):
+    if not isinstance(after, TileReduce) or after.attached:  # (an attach keeps the stream's shape)
         w.line(f"st_{slot.name} = {slot.name}.expand(shape).stride()")
         return
     b = p.binding
@@ -217,6 +217,6 @@ def _emit_schedule(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: s
         w.line(f"meta.update({tuned}=cfg[{tuned!r}], num_warps=cfg['num_warps'])")
         with w.block("if 'maxnreg' in cfg:"):
             w.line("meta['maxnreg'] = cfg['maxnreg']", comment="a cap on registers per thread (a compile option)")
-    reset = ", _reset_tickets" if any(isinstance(f, TileReduce) for f in p.folds) else ""  # (kernels with tickets)
+    reset = ", _reset_tickets" if any(isinstance(s, Ticket) for s in p.segments) else ""  # (kernels with tickets)
     w.line(f"start = _Launcher(_tuner({kernel}, space, {list(strategy.key)!r}, {strategy.tuner_resets}) if tune else "
            f"{kernel}, grid, rest, meta, device, status{reset})", comment="tuned: Triton's autotuner, its choice cached on disk")

@@ -98,9 +98,10 @@ def _copy(w: Writer, definitions: list[Definition]) -> None:
 
 def _emit_combine_functions(w: Writer, ctx: ScalarContext, p: KernelPlan) -> tuple[str, ...]:
     """Each fold's combine function, emitted; returns their names, in fold order: ``combine_<operator>`` for the
-    first fold, ``then_<operator>`` for the reduce fused after a scan."""
+    first fold, ``then_<operator>`` for the second (the reduce fused after a scan, an attach's), ``then<n>_`` after."""
     names = []
-    for fold, prefix in zip(p.folds, ("combine", "then")):
+    for n, fold in enumerate(p.folds):
+        prefix = "combine" if n == 0 else "then" if n == 1 else f"then{n}"
         name = f"{prefix}_{fold.operator.name if fold.operator is not None else 'user'}"
         emit_combine_function(w, ctx, name, fold)
         w.line()

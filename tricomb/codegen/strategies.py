@@ -18,8 +18,9 @@ from typing import ClassVar
 
 from ..lower.bind import Group
 from ..lower.fuse import KernelPlan
-from ..lower.segments import Elementwise, TileReduce, TileScan
+from ..lower.segments import Attach, Elementwise, TileReduce, TileScan
 from ..pipeline.printer import stage_text
+from .attach import emit_attach_body
 from .combine import emit_reduce_body, emit_scan_body
 from .kernel import Param, emit_map_body, fixed, given, layout_parameters, meta
 from .launcher import emit_look_back_scratch, emit_ticket_scratch
@@ -210,11 +211,51 @@ class ScanKernel(KernelStrategy):
         return lines
 
 
+class AttachKernel(KernelStrategy):
+    """Attaches: ``BLOCK_M`` rows a program; a row of ``K <= BLOCK_K`` elements read once and held on chip
+    through every fold, a longer one swept once per attached fold and once more to store
+    (:mod:`tricomb.codegen.attach`)."""
+
+    name = "attach"
+    tuned = "BLOCK_K"
+    key = ("M", "K")
+
+    def parameters(self) -> tuple[Param, ...]:
+        p = self.plan
+        return (*_slots_given(p), fixed("M"), fixed("K"), *layout_parameters(p), meta("BLOCK_M"), meta("BLOCK_K"),
+                meta("WIDE", "wide"))
+
+    def emit_body(self, w: Writer, ctx: ScalarContext, combines: tuple[str, ...]) -> None:
+        emit_attach_body(w, ctx, self.plan, combines)
+
+    def schedule_call(self, inner: str) -> str:
+        return f"schedule_attach(M, K, {inner}, interpret)"
+
+    def grid(self) -> str:
+        return "lambda meta: (triton.cdiv(M, meta['BLOCK_M']),)"
+
+    def description(self) -> list[str]:
+        p = self.plan
+        lines = [*super().description(),
+                 "  plan: a row of at most BLOCK_K elements is read once and held on chip through every fold; a "
+                 "longer one is swept once per attached fold and once more, every other sweep from the row's end"]
+        for fold in p.folds:
+            lines.append(self._fold_line(fold) + ("" if fold.attached else " (the reduce after the attaches)"))
+            after = p.following(fold, Elementwise)
+            lines += _stages_line("  on the row's result" if fold.attached else "after", after)
+            if fold.attached:
+                lines += _stages_line("  then per element", p.following(p.following(fold, Attach), Elementwise))
+        return lines
+
+
 _STRATEGIES: dict[type, type[KernelStrategy]] = {TileReduce: ReduceKernel, TileScan: ScanKernel}
 
 
 def strategy_for(p: KernelPlan) -> KernelStrategy:
-    """The strategy writing ``p``'s kernel: by the type of its first fold segment (elementwise when none)."""
+    """The strategy writing ``p``'s kernel: attaches when it has an attach segment, else by the type of its
+    first fold segment (elementwise when none)."""
+    if any(isinstance(s, Attach) for s in p.segments):
+        return AttachKernel(p)
     folds = p.folds
     return (_STRATEGIES[type(folds[0])] if folds else ElementwiseKernel)(p)
 

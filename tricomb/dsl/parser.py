@@ -72,7 +72,7 @@ def _expected(exc: lark.exceptions.UnexpectedInput) -> str:
     readable = {"NAME": "a name", "INT": "an integer", "SHORTHAND": "a shorthand (sum, mean, cumsum, ...)",
                 "VBAR": "'|'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','", "EQUAL": "'='", "MINUS": "'-'",
                 "$END": "end of text", "_MAP": "map", "_ZIP_WITH": "zip_with", "_REDUCE": "reduce",
-                "_SCAN": "scan", "TRUE": "True", "FALSE": "False", "NONE": "None", "_ARROW": "'->'",
+                "_SCAN": "scan", "_ATTACH": "attach", "TRUE": "True", "FALSE": "False", "NONE": "None", "_ARROW": "'->'",
                 "FLOAT": "a number", "PLUS": "'+'", "STAR": "'*'", "SLASH": "'/'", "LESSTHAN": "'<'",
                 "MORETHAN": "'>'", "_EQ": "'=='", "_NE": "'!='", "_LE": "'<='", "_GE": "'>='", "_POW": "'**'",
                 "INF": "inf", "LIBRARY": "a library pipeline (logsumexp, var, ...)"}
@@ -293,6 +293,11 @@ class _Build(Expressions):
                 from None
         except (TypeError, ValueError, OverflowError) as exc:
             raise ParseError(f"{name}: {exc}", self._where(meta)) from None
+
+    @lark.v_args(meta=True)
+    def attach_stage(self, meta, items):
+        from .. import api
+        return api.build_attach(items[0], self._where(meta))
 
     def pipeline(self, items):
         result = items[0]

@@ -21,7 +21,7 @@ import torch
 from ..errors import (AliasError, ArgumentError, ArityError, DeviceError, DTypeError, ShapeError, TricombError,
                       UnsupportedError, caller_location)
 from ..pipeline.evaluate import evaluate_fields
-from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
+from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import check_callable, iteration_axes, operator_commutes
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
@@ -80,6 +80,17 @@ def input_stages(pipeline: PipelineIR) -> list[int]:
     for i, count in enumerate(new_inputs(pipeline.stages)):
         owners += [i] * count
     return owners
+
+
+def fold_context(pipeline: PipelineIR, at: int) -> tuple[PipelineIR, int, Reduce | Scan]:
+    """The reduce or scan that the stage at ``at`` folds with, in a pipeline whose stages lead to it: the stage
+    itself, or an attach's reduce, which continues the stages before the attach with its pipeline's (so
+    :func:`combined_dtypes` and the lift before it read as for any reduce). Returns ``(pipeline, position,
+    stage)``."""
+    stage = pipeline.stages[at]
+    if not isinstance(stage, Attach):
+        return pipeline, at, stage
+    return PipelineIR(pipeline.stages[:at] + stage.pipeline.stages), at + stage.reduce_at, stage.reduce
 
 
 def combined_dtypes(pipeline: PipelineIR, binding: Binding, at: int) -> tuple[torch.dtype, ...]:
@@ -158,11 +169,14 @@ def _broadcast(shapes: list[torch.Size], what: str, location) -> torch.Size:
 
 def _broadcast_inputs(pipeline: PipelineIR, tensors: tuple, after: tuple[bool, ...], owners: list[int]) -> tuple:
     """The broadcast shape of the inputs read before the reduce/scan. When one does not broadcast with those
-    before it, the error names it and the stage that brings it in, at the user's line."""
+    before it, the error names it and the stage that brings it in, at the user's line. An input brought in after
+    an attach broadcasts to the stream's shape there: the attached reduction was taken over that shape."""
     shape = None
+    first_attach = next((i for i, s in enumerate(pipeline.stages) if isinstance(s, Attach)), len(pipeline.stages))
     for i, (t, a, owner) in enumerate(zip(tensors, after, owners)):
         if a:
             continue
+        grown = shape
         try:
             shape = t.shape if shape is None else torch.broadcast_shapes(shape, t.shape)
         except RuntimeError:
@@ -171,10 +185,15 @@ def _broadcast_inputs(pipeline: PipelineIR, tensors: tuple, after: tuple[bool, .
                              f"{tuple(t.shape)}, which does not broadcast with shape {tuple(shape)} of the inputs "
                              "before it (torch's rules: trailing dimensions must be equal or 1); reshape or expand "
                              "the inputs", stage.location) from None
+        if owner > first_attach and shape != grown:
+            raise ShapeError(f"input {i} of the pipeline, of shape {tuple(t.shape)}, joins after an attach and would "
+                             f"grow the stream's shape {tuple(grown)}, over which the attached reduction was taken; "
+                             "inputs added after an attach must broadcast to the stream's shape (zip_with the "
+                             "input before the attach)", pipeline.stages[owner].location)
     return tuple(shape)
 
 
-_STAGE_NAMES = {Map: "map", ZipWith: "zip_with", Reduce: "reduce", Scan: "scan"}
+_STAGE_NAMES = {Map: "map", ZipWith: "zip_with", Reduce: "reduce", Scan: "scan", Attach: "attach"}
 
 
 def out_shape(shape: torch.Size, stage: Reduce | Scan | None, axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -292,7 +311,8 @@ def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Fie
     owners = input_stages(pipeline)
     after = tuple(owner > at for owner in owners)
     shape = _broadcast_inputs(pipeline, tensors, after, owners)
-    axes = iteration_axes(stage, len(shape))
+    folded = _folded_stages(pipeline)
+    axes = _same_axes(folded, len(shape))
     then_at, then = final_reduce(pipeline, len(shape))
     late = tuple(owner > then_at for owner in owners)
     for t, a, lt, owner in zip(tensors, after, late, owners):
@@ -310,11 +330,39 @@ def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Fie
         [torch.empty_strided(f.shape, f.stride, dtype=f.dtype, device="meta") for f in fields]
     strides = [iteration_strides(t, shape, a, then if lt else stage, axes) for t, a, lt in zip(tensors, after, late)]
     strides += [iteration_strides(o, shape, True, final, axes) for o in outs]
-    order = _iteration_order(fields, len(shape), stage, axes, strides[0])
+    order = _iteration_order(fields, len(shape), _order_stage(folded), axes, strides[0])
     binding = Binding(tensors[0].device.type, tuple(t.dtype for t in tensors), tuple(t.dim() for t in tensors),
                       len(shape), axes, coalesce(shape, axes, strides, order), tuple(f.dtype for f in fields),
                       tuple(f.order for f in fields), torch.get_default_dtype())
     return binding, fields
+
+
+def _folded_stages(pipeline: PipelineIR) -> list[Reduce | Scan]:
+    """The reduces and scans whose axes are the kernel's folded axes: each attach's reduce, then the pipeline's
+    first reduce or scan (a reduce fused after a scan is checked by :func:`final_reduce`)."""
+    folded = [s.reduce for s in pipeline.stages if isinstance(s, Attach)]
+    _, stage = combine_stage(pipeline)
+    return folded + ([stage] if stage is not None else [])
+
+
+def _same_axes(folded: list[Reduce | Scan], rank: int) -> tuple[int, ...]:
+    """The folded axes of the iteration space: one set, which every attach and the reduce after them fold."""
+    if not folded:
+        return ()
+    axes = iteration_axes(folded[0], rank)
+    for stage in folded[1:]:
+        if iteration_axes(stage, rank) != axes:
+            raise UnsupportedError(f"this {_STAGE_NAMES[type(stage)]} folds axes {list(iteration_axes(stage, rank))} "
+                                   f"but the attach before it folds {list(axes)}: one kernel folds one set of axes. "
+                                   "Reduce the same axes, or split the pipeline", stage.location)
+    return axes
+
+
+def _order_stage(folded: list[Reduce | Scan]) -> Reduce | Scan | None:
+    """The fold that decides the walk order (:func:`_iteration_order`): one that needs row-major order (an
+    argmax's positions, an operator that does not commute) if any, else the first."""
+    ordered = [s for s in folded if isinstance(s, Scan) or s.index or not operator_commutes(s)]
+    return (ordered or folded or [None])[0]
 
 
 def _check_field_shapes(pipeline: PipelineIR, fields: tuple[Field, ...], stream: tuple[int, ...], stage) -> None:

@@ -27,7 +27,7 @@ import dataclasses
 import torch
 
 from ..errors import DTypeError
-from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, Stage
+from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, Stage
 from ..pipeline.printer import stage_text
 from ..pipeline.shorthands import INDEX_SHORTHANDS
 from ..pipeline.verify import operator_spec
@@ -124,13 +124,23 @@ def _rewritten(stage: Reduce | Scan, entering: torch.dtype) -> list[Stage]:
 
 
 def expand(pipeline: PipelineIR, binding: Binding) -> PipelineIR:
-    """``pipeline`` with its derived stages written as core ones, for inputs of ``binding``'s layout class.
-    Raises :class:`~tricomb.errors.DTypeError` for argmax/argmin of bool values."""
+    """``pipeline`` with its derived stages written as core ones (an attached pipeline's too), for inputs of
+    ``binding``'s layout class. Raises :class:`~tricomb.errors.DTypeError` for argmax/argmin of bool values."""
+    return PipelineIR(tuple(_expanded(pipeline, binding, 0)))
+
+
+def _expanded(pipeline: PipelineIR, binding: Binding, start: int) -> list[Stage]:
+    """The stages of ``pipeline`` from ``start`` on, expanded; an attached pipeline is expanded as the
+    continuation of the stages before it (its derived stages' dtypes are those of the stream it reduces)."""
     stages: list[Stage] = []
-    for at, stage in enumerate(pipeline.stages):
+    for at, stage in enumerate(pipeline.stages[start:], start):
+        if isinstance(stage, Attach):
+            context = PipelineIR(pipeline.stages[:at] + stage.pipeline.stages)
+            stages.append(dataclasses.replace(stage, pipeline=PipelineIR(tuple(_expanded(context, binding, at)))))
+            continue
         if not _derived(stage):
             stages.append(stage)
             continue
         entering = combined_dtypes(pipeline, binding, at - 1)[0] if at else binding.dtypes[0]
         stages += _rewritten(stage, entering)
-    return PipelineIR(tuple(stages))
+    return stages

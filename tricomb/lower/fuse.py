@@ -23,14 +23,15 @@ import torch
 
 from ..errors import DTypeError
 from ..pipeline.fields import field_inputs
+from ..pipeline import ir
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan
 from ..pipeline.operators import declared_share, derived_share, identities
 from ..pipeline.verify import check_in_dtypes, operator_commutes, operator_identity, operator_spec
 from ..scalar.builtins import TupleOpSpec, tuple_operator
 from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
-from .bind import Binding, combined_dtypes, input_stages
-from .segments import Elementwise, Fold, LookBack, Segment, Slot, Store, Ticket, TileReduce, TileScan
+from .bind import Binding, combined_dtypes, fold_context, input_stages
+from .segments import Attach, Elementwise, Fold, LookBack, Segment, Slot, Store, Ticket, TileReduce, TileScan
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +96,8 @@ def _check_identity_fits(stage, accs: tuple[torch.dtype, ...]) -> None:
 
 
 def _fold_positions(pipeline: PipelineIR) -> list[int]:
-    return [i for i, s in enumerate(pipeline.stages) if isinstance(s, (Reduce, Scan))]
+    """The positions of the stages that fold: reduces, scans and attaches (each attach folds its reduce)."""
+    return [i for i, s in enumerate(pipeline.stages) if isinstance(s, (Reduce, Scan, ir.Attach))]
 
 
 def check_dtypes(pipeline: PipelineIR, binding: Binding) -> None:
@@ -103,7 +105,8 @@ def check_dtypes(pipeline: PipelineIR, binding: Binding) -> None:
     on the stages as written (before :func:`~.expand.expand` and :func:`~.totalize.totalize`). Raises
     :class:`~tricomb.errors.LawError`."""
     for i in _fold_positions(pipeline):
-        check_in_dtypes(pipeline.stages[i], tuple(compute_dtype(c) for c in combined_dtypes(pipeline, binding, i)))
+        context, at, stage = fold_context(pipeline, i)
+        check_in_dtypes(stage, tuple(compute_dtype(c) for c in combined_dtypes(context, binding, at)))
 
 
 def fold_commutes(pipeline: PipelineIR) -> tuple[bool, ...]:
@@ -111,7 +114,7 @@ def fold_commutes(pipeline: PipelineIR) -> tuple[bool, ...]:
     validity flag :func:`~.totalize.totalize` gives an operator without identity makes an operator whose law
     check fails (its identity holds only for valid lanes). (A builtin operator on tuples that the ``expand`` pass
     wrote says itself: :func:`plan` reads it from the op table.)"""
-    return tuple(operator_commutes(pipeline.stages[i]) for i in _fold_positions(pipeline))
+    return tuple(operator_commutes(fold_context(pipeline, i)[2]) for i in _fold_positions(pipeline))
 
 
 def plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding) -> KernelPlan:
@@ -126,7 +129,9 @@ def plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding) -> KernelP
     names = ["out"] if len(binding.out_dtypes) == 1 else [f"out{k}" for k in range(len(binding.out_dtypes))]
     outputs = tuple(Slot(name, dtype, len(positions)) for name, dtype in zip(names, binding.out_dtypes))
     commutes = fold_commutes(written)
-    folds = [_fold(pipeline, binding, at, c, first=n == 0) for n, (at, c) in enumerate(zip(positions, commutes))]
+    scans = [at for at in positions if isinstance(pipeline.stages[at], Scan)]
+    folds = [_fold(pipeline, binding, at, c, after_scan=any(s < at for s in scans))
+             for at, c in zip(positions, commutes)]
     return KernelPlan(pipeline, written, binding, inputs, outputs, field_inputs(pipeline), _compute_dtype(binding.dtypes),
                       _segments(pipeline, folds, outputs))
 
@@ -134,17 +139,31 @@ def plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding) -> KernelP
 def _segments(pipeline: PipelineIR, folds: list[Fold], outputs: tuple[Slot, ...]) -> tuple[Segment, ...]:
     """Elementwise stages, then per fold the fold, its cross-program combine and the stages after it; the store."""
     segments: list[Segment] = [Elementwise(pipeline.stages[:folds[0].at] if folds else pipeline.stages, 0)]
+    attached = any(isinstance(f, TileReduce) and f.attached for f in folds)
     for n, fold in enumerate(folds):
         end = folds[n + 1].at if n + 1 < len(folds) else len(pipeline.stages)
-        combine = Ticket(fold) if isinstance(fold, TileReduce) else LookBack(fold)
-        segments += [fold, combine, Elementwise(pipeline.stages[fold.at + 1:end], fold.at + 1)]
+        after = Elementwise(pipeline.stages[fold.at + 1:end], fold.at + 1)
+        if isinstance(fold, TileReduce) and fold.attached:
+            segments += [*_attached(pipeline.stages[fold.at], fold), after]
+        elif attached:  # a reduce after attaches: its rows are not split over programs
+            segments += [fold, after]
+        else:
+            segments += [fold, Ticket(fold) if isinstance(fold, TileReduce) else LookBack(fold), after]
     return tuple(segments) + (Store(outputs),)
 
 
-def _fold(pipeline: PipelineIR, binding: Binding, at: int, commutes: bool, first: bool) -> Fold:
-    """The fold of the reduce or scan at ``at``, its dtypes checked."""
-    stage = pipeline.stages[at]
-    combined = combined_dtypes(pipeline, binding, at)
+def _attached(stage: ir.Attach, fold: TileReduce) -> list[Segment]:
+    """An attach's segments: its pipeline's stages before the reduce, the fold, the stages after it (on the
+    row's results), and the results broadcast back to the row's elements."""
+    inner, r = stage.pipeline.stages, stage.reduce_at
+    return [Elementwise(inner[:r], 0, fold.at), fold, Elementwise(inner[r + 1:], r + 1, fold.at), Attach(fold)]
+
+
+def _fold(pipeline: PipelineIR, binding: Binding, at: int, commutes: bool, after_scan: bool) -> Fold:
+    """The fold of the reduce, scan or attach at ``at``, its dtypes checked."""
+    attached = isinstance(pipeline.stages[at], ir.Attach)
+    context, inner, stage = fold_context(pipeline, at)
+    combined = combined_dtypes(context, binding, inner)
     acc = tuple(compute_dtype(c) for c in combined)
     if stage.identity is not None:
         _check_identity_fits(stage, acc)
@@ -155,9 +174,11 @@ def _fold(pipeline: PipelineIR, binding: Binding, at: int, commutes: bool, first
     if isinstance(stage, Scan):
         return TileScan(stage, at, combined, acc, typed, spec, commutes=commutes)
     # a reduce after a scan takes the scanned tile as it is
-    share, declared = _share(pipeline, at, stage, commutes, acc) if first else (None, False)
+    # (an attach's reduce takes a lift of its own pipeline only: the stream before the attach flows on)
+    lifted = not after_scan and not (attached and inner == at)
+    share, declared = _share(context, inner, stage, commutes, acc) if lifted else (None, False)
     return TileReduce(stage, at, combined, acc, typed, spec, ordered=not commutes, share=share,
-                      declared=declared)
+                      declared=declared, attached=attached)
 
 
 def _share(pipeline: PipelineIR, at: int, stage: Reduce, commutes: bool,

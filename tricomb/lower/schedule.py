@@ -47,6 +47,24 @@ def schedule_reduce(M, K, inner, num_sms, interpret, per_tile=False):
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": split, "num_warps": warps}
 
 
+def schedule_attach(M, K, inner, interpret):
+    """Attaches over ``M`` rows of ``K`` elements: ``BLOCK_M`` rows by ``BLOCK_K`` elements a tile. A row of up
+    to 16384 contiguous elements is one tile (read once, held in registers: 16 warps hold 8192 float32 in 16
+    registers a thread), several rows a tile when short; a longer row is swept in tiles of 4096. With the
+    reduced elements strided (a reduce along an outer axis), rows are the contiguous side: 32 a tile."""
+    limit = 1 << 16 if interpret else 16384
+    k_pow = max(triton.next_power_of_2(max(K, 1)), 2)
+    if inner:
+        block_k = k_pow if k_pow <= limit else (limit if interpret else 4096)
+        block_m = max(min((limit if interpret else 2048) // block_k, triton.next_power_of_2(max(M, 1))), 1)
+    else:
+        block_m = min(max(triton.next_power_of_2(max(M, 1)), 2), limit // 16 if interpret else 32)
+        block_k = max(min(k_pow, (limit if interpret else 8192) // block_m), 2)
+    tile = block_m * block_k
+    warps = 4 if tile <= 2048 else 8 if tile <= 4096 else 16
+    return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": warps}
+
+
 def split_rows(M, block_m, K, block_k, num_sms):
     """How many programs share each row tile: 1, or when the row tiles are too few to fill the GPU and long,
     about 16 programs per SM, each at least 4 tiles. (A whole-array reduce of 2**28 bf16, P7, ran at 0.157 ms
@@ -96,7 +114,9 @@ def schedule_scan(M, K, inner, num_sms, interpret, packing="fenced", width=1):
 
 def tuning_space(cfg, entry):
     """What Triton's autotuner times, around the heuristic's choice ``cfg``: the tile entry ``entry`` halved,
-    kept and doubled, each with 4 and 8 warps (six configs), each under the choice's register cap, if any."""
+    kept and doubled, each with 4 and 8 warps and the choice's own (six configs, or nine), each under the
+    choice's register cap, if any."""
     size = cfg[entry]
     cap = {"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg else {}
-    return [{entry: s, "num_warps": w, **cap} for s in (size // 2, size, size * 2) for w in (4, 8) if s >= 16]
+    warps = sorted({4, 8, cfg["num_warps"]})
+    return [{entry: s, "num_warps": w, **cap} for s in (size // 2, size, size * 2) for w in warps if s >= 16]

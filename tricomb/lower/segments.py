@@ -7,11 +7,15 @@ A plan is a sequence of segments, each a frozen dataclass selected by its type:
 * :class:`Ticket` and :class:`LookBack`: the cross-program combine after a fold, when programs share a row
   (the last program of a row folds the partials; each tile of a scan finds its prefix by the decoupled
   look-back);
+* :class:`Attach`: an attached reduce's row results broadcast back to the row's elements;
 * :class:`Store`: the results written.
 
 ``map exp`` is ``Elementwise(map exp), Store``; ``scan maximum | zip_with sub | max`` is ``Elementwise(),
-TileScan, LookBack, Elementwise(zip_with sub), TileReduce, Ticket, Elementwise(), Store``: a new fusion is a new
-composition of these, not a new kind of plan.
+TileScan, LookBack, Elementwise(zip_with sub), TileReduce, Ticket, Elementwise(), Store``; softmax written
+``attach max | map exp(v - m) | attach sum | map e / s`` is ``Elementwise(), Elementwise(), TileReduce(max),
+Elementwise(), Attach, Elementwise(map exp), Elementwise(), TileReduce(sum), Elementwise(), Attach,
+Elementwise(map div), Store`` (each attached pipeline's stages before and after its reduce): a new fusion is a
+new composition of these, not a new kind of plan.
 """
 from __future__ import annotations
 
@@ -40,10 +44,12 @@ class Slot:
 @dataclass(frozen=True, slots=True)
 class Elementwise:
     """Map/zip_with ``stages`` applied lane by lane; ``first`` is the pipeline position of ``stages[0]`` (of
-    where they would start, when there are none)."""
+    where they would start, when there are none). ``within``: for stages of an attached pipeline, the pipeline
+    position of the attach (``first`` then counts within its pipeline, and the stages bring in no input)."""
 
     stages: tuple[Stage, ...]
     first: int
+    within: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,7 @@ class TileReduce(_Fold):
     ordered: bool = False
     share: Function | None = None
     declared: bool = False  # the share is the library's own: NaN exactly where an element is
+    attached: bool = False  # an attach's reduce: its result is broadcast back over the row (:class:`Attach`)
 
     @property
     def per_row(self) -> bool:
@@ -116,10 +123,19 @@ class LookBack:
 
 
 @dataclass(frozen=True, slots=True)
+class Attach:
+    """After ``fold`` (an attach's reduce) and the attached pipeline's stages after it: each row's result
+    fields join the stream of every element of the row again, broadcast along the reduced axes; the stages
+    after it act on the row's elements."""
+
+    fold: TileReduce
+
+
+@dataclass(frozen=True, slots=True)
 class Store:
     """The results written: one output slot per result field."""
 
     outputs: tuple[Slot, ...]
 
 
-Segment = Union[Elementwise, TileReduce, TileScan, Ticket, LookBack, Store]
+Segment = Union[Elementwise, TileReduce, TileScan, Ticket, LookBack, Attach, Store]

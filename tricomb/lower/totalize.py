@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..pipeline.ir import Map, PipelineIR, Reduce, Scan
+from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan
 from ..pipeline.verify import operator_spec
 from ..scalar.ir import Arg, Call, Function, substitute
 
@@ -51,9 +51,13 @@ def _drop_flag(k: int) -> Function:
 
 
 def totalize(pipeline: PipelineIR) -> PipelineIR:
-    """``pipeline`` with each reduce/scan whose operator has no identity combining with a validity flag."""
+    """``pipeline`` with each reduce/scan whose operator has no identity combining with a validity flag (an
+    attached pipeline's too)."""
     stages = []
     for stage in pipeline.stages:
+        if isinstance(stage, Attach):
+            stages.append(dataclasses.replace(stage, pipeline=totalize(stage.pipeline)))
+            continue
         if not _needs_flag(stage):
             stages.append(stage)
             continue

@@ -14,7 +14,7 @@ from ..errors import StageError, TricombError
 from ..scalar.builtins import OPS
 from ..scalar.dtypes import typed_identity
 from ..scalar.ir import Function, JitCall, fold
-from .ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
+from .ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from .jit_apply import apply_jit
 from .operators import fold_reduce, fold_scan, identities
 from .verify import builtin_parts, iteration_axes, operator_identity, operator_spec
@@ -207,11 +207,30 @@ def evaluate_fields(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: 
     return stream
 
 
+def attach_fields(stage: Attach, xs: list[torch.Tensor], after_op: OpHook = _identity) -> list[torch.Tensor]:
+    """torch's stream after ``stage`` on the stream fields ``xs``: the fields broadcast together, then the
+    attached pipeline's result fields, each with the reduced axes kept (as ``keepdim=True``) and expanded to the
+    stream's shape, laid out as the stream's first field."""
+    xs = list(torch.broadcast_tensors(*xs)) if len(xs) > 1 else list(xs)
+    stream = list(xs)
+    for stage_ in stage.pipeline.stages:  # a continuation: every stage takes the stream (none brings an input)
+        stream, _ = _evaluate_stage(stage_, 1, stream, [], after_op)
+    reduce = stage.reduce
+    axes = iteration_axes(reduce, xs[0].dim())
+    if not reduce.keepdim:
+        for d in axes:
+            stream = [r.unsqueeze(d) for r in stream]
+    # laid out as the stream's first field (torch.softmax's result is laid out as its input)
+    return xs + [after_op(torch.empty_like(xs[0], dtype=r.dtype).copy_(r.expand(xs[0].shape))) for r in stream]
+
+
 def _evaluate_stage(stage, i: int, stream: list, pending: list, after_op: OpHook):
     """One stage: returns the new stream (its fields) and the inputs not yet consumed."""
     if isinstance(stage, (Map, ZipWith)):
         take = new_inputs((stage,))[0] if i == 0 else max(stage.fn.arity - len(stream), 0)
         return evaluate_function(stage.fn, stream + pending[:take], after_op), pending[take:]
     xs = stream if i else pending[:1]
+    if isinstance(stage, Attach):
+        return attach_fields(stage, xs, after_op), pending[0 if i else 1:]
     combined = reduce_fields(stage, xs) if isinstance(stage, Reduce) else scan_fields(stage, xs)
     return [after_op(c) for c in combined], pending[0 if i else 1:]

@@ -7,7 +7,7 @@ broadcast of all inputs, and each field is stored at its own shape: the broadcas
 from __future__ import annotations
 
 from ..scalar.ir import fold
-from .ir import Map, PipelineIR, ZipWith, new_inputs, stream_widths
+from .ir import Attach, Map, PipelineIR, ZipWith, new_inputs, stream_widths
 
 Inputs = frozenset[int]
 
@@ -38,6 +38,8 @@ def field_inputs(pipeline: PipelineIR) -> tuple[Inputs, ...]:
             args = stream + new
             outputs = fold(stage.fn, args, _call_inputs)
             stream = [o if isinstance(o, frozenset) else _union(args) for o in outputs]
+        elif isinstance(stage, Attach):  # the stream is broadcast together, and the result broadcast along it
+            stream = [_union(stream + new)] * (len(stream + new) + stage.pipeline.width)
         else:
             stream = [_union(stream + new)] * stream_widths((stage,))[0]
     return tuple(stream)

@@ -82,7 +82,33 @@ class Scan:
     index: bool = False
 
 
-Stage = Union[Map, ZipWith, Reduce, Scan]
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """The stream continues element by element, with the result fields of ``pipeline``, a reduction of the
+    stream's fields, appended: each broadcast back along the axes ``pipeline`` reduced (as ``keepdim=True``
+    would keep them), so every element of a row sees its row's result.
+
+    ``pipeline`` takes the stream's fields (its first stage is a map, a zip_with of exactly the stream's fields,
+    or the reduce itself), holds one reduce and no scan, and brings in no input of its own; stages after its
+    reduce act on the reduced values (a mean's division, a softmax denominator's fix-up). The stream entering
+    an attach is broadcast together first, so every field after it has the stream's shape.
+    """
+
+    pipeline: "PipelineIR"
+    location: Location | None = field(default=None, compare=False)
+
+    @property
+    def reduce_at(self) -> int:
+        """The position of the reduce within ``pipeline``."""
+        return next(i for i, s in enumerate(self.pipeline.stages) if isinstance(s, Reduce))
+
+    @property
+    def reduce(self) -> Reduce:
+        """The reduce of ``pipeline``: its axes are the axes the result is broadcast along."""
+        return self.pipeline.stages[self.reduce_at]
+
+
+Stage = Union[Map, ZipWith, Reduce, Scan, Attach]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,20 +129,36 @@ class PipelineIR:
 
     @property
     def functions(self) -> tuple[Function, ...]:
-        """Each stage's scalar function: a map's or zip_with's function, a reduce's or scan's operator."""
-        return tuple(s.fn if isinstance(s, (Map, ZipWith)) else s.op for s in self.stages)
+        """Every scalar function of the pipeline, in order: a map's or zip_with's function, a reduce's or scan's
+        operator, and those of each attached pipeline."""
+        return tuple(fn for s in self.stages for fn in stage_functions(s))
+
+
+def stage_functions(stage: Stage) -> tuple[Function, ...]:
+    """The scalar functions of one stage: its function or operator, or an attach's pipeline's functions."""
+    if isinstance(stage, Attach):
+        return stage.pipeline.functions
+    return (stage.fn if isinstance(stage, (Map, ZipWith)) else stage.op,)
 
 
 def stream_widths(stages: tuple[Stage, ...]) -> list[int]:
     """The number of fields of the stream after each stage (a map or zip_with returning a k-tuple makes k, and so
     does a reduce or scan with an operator on k-tuples)."""
-    return [len(s.fn.outputs) if isinstance(s, (Map, ZipWith)) else 2 if isinstance(s, Scan) and s.index
-            else len(s.op.outputs) for s in stages]
+    widths: list[int] = []
+    for s in stages:
+        if isinstance(s, Attach):
+            widths.append((widths[-1] if widths else 1) + s.pipeline.width)
+        else:
+            widths.append(len(s.fn.outputs) if isinstance(s, (Map, ZipWith)) else 2 if isinstance(s, Scan) and s.index
+                          else len(s.op.outputs))
+    return widths
 
 
 def new_inputs(stages: tuple[Stage, ...]) -> list[int]:
     """How many pipeline inputs each stage brings in: the first stage takes its inputs (one, or a zip_with's
-    arity); a later zip_with takes the stream's fields as its first arguments and one input per further one."""
+    arity); a later zip_with takes the stream's fields as its first arguments and one input per further one. A
+    reduce, scan or attach that starts a pipeline takes one input; later, none (an attached pipeline brings in
+    no input)."""
     counts = []
     width = 0
     for i, (stage, after) in enumerate(zip(stages, stream_widths(stages))):

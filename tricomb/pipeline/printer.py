@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall, children, tree_size, walk
-from .ir import Map, PipelineIR, Reduce, Stage, ZipWith
+from .ir import Attach, Map, PipelineIR, Reduce, Stage, ZipWith
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS
 from .verify import operator_spec
 
@@ -86,6 +86,10 @@ def stage_text(stage: Stage) -> str:
         return f"map {function_text(stage.fn)}"
     if isinstance(stage, ZipWith):
         return f"zip_with {function_text(stage.fn)}"
+    if isinstance(stage, Attach):
+        inner = stage.pipeline
+        return f"attach {stage_text(inner.stages[0])}" if len(inner.stages) == 1 else \
+            f"attach ({pipeline_text(inner)})"
     spec = operator_spec(stage.op)
     if isinstance(stage, Reduce):
         axis = stage.axis[0] if stage.axis is not None and len(stage.axis) == 1 else stage.axis

@@ -16,7 +16,7 @@ from ..scalar.ir import Arg, Call, Function, JitCall, jit_functions
 from .operators import Laws, check_laws, declared_laws, fits, identities, identity_key
 from .operators import builtin_parts  # noqa: F401 (read here by the passes and the torch meaning)
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
-from .ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith, stream_widths
+from .ir import Attach, Map, PipelineIR, Reduce, Scan, Stage, ZipWith, stream_widths
 
 
 def operator_spec(op: Function) -> OpSpec | None:
@@ -196,12 +196,20 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
     a reversed scan.
     """
     combines: list[Stage] = []
+    attached = False
     widths = [0] + stream_widths(pipeline.stages)
     for i, stage in enumerate(pipeline.stages):
         if isinstance(stage, (Map, ZipWith)):
             _check_function(stage, i, widths[i])
             continue
+        if isinstance(stage, Attach):
+            _check_attach(stage, widths[i], combines)
+            attached = True
+            continue
         kind = "reduce" if isinstance(stage, Reduce) else "scan"
+        if attached and isinstance(stage, Scan):
+            raise UnsupportedError("a scan after an attach is not compiled yet: one kernel holds attaches and a "
+                                   "reduce after them; split the pipeline before the scan", stage.location)
         _check_operator(stage, kind, widths[i])
         combines.append(stage)
         scan_then_reduce = len(combines) == 2 and isinstance(combines[0], Scan) and isinstance(stage, Reduce)
@@ -216,11 +224,56 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
     return pipeline
 
 
+def entering_width(pipeline: PipelineIR) -> int:
+    """How many fields the first stage of ``pipeline`` takes from a stream: a map's or zip_with's arity, a reduce's
+    or scan's operator's k."""
+    first = pipeline.stages[0]
+    if isinstance(first, (Map, ZipWith)):
+        return first.fn.arity
+    return entering_width(first.pipeline) if isinstance(first, Attach) else len(first.op.outputs)
+
+
+def _check_attach(stage: Attach, width: int, combines: list[Stage]) -> None:
+    """An attached pipeline: maps (and zip_withs of only the stream's fields), one reduce, maps after it, on a
+    stream of ``width`` fields (0 for the first stage: the pipeline's own first stage says, and
+    :func:`check_callable` checks it before a run). Raises ArityError or UnsupportedError at the stage."""
+    if combines:
+        raise UnsupportedError("an attach after a reduce or scan is not compiled yet: attach before it, or split "
+                               "the pipeline in two", stage.location)
+    stages = stage.pipeline.stages
+    width = width or entering_width(stage.pipeline)
+    reduces = [s for s in stages if isinstance(s, Reduce)]
+    other = next((s for s in stages if isinstance(s, (Scan, Attach))), None)
+    if len(reduces) != 1 or other is not None:
+        found = f"a{'n' if isinstance(other, Attach) else ''} {type(other).__name__.lower()}" if other is not None \
+            else f"{len(reduces)} reduces"
+        raise UnsupportedError(f"an attached pipeline holds exactly one reduce and no scan or attach, but this one "
+                               f"holds {found}; attach each reduction on its own (tc.attach(...) >> tc.attach(...))",
+                               stage.location)
+    for inner in stages:
+        if isinstance(inner, Reduce):
+            _check_operator(inner, "reduce", width)
+        elif inner.fn.arity > width:
+            raise UnsupportedError(f"the attached pipeline's {type(inner).__name__.lower()} {inner.fn.name!r} takes "
+                                   f"{inner.fn.arity} arguments but the stream has {width} field(s): an attached "
+                                   "pipeline brings in no input of its own. zip_with the input before the attach",
+                                   inner.location)
+        elif inner.fn.arity < width:
+            raise ArityError(f"the attached pipeline's {type(inner).__name__.lower()} {inner.fn.name!r} takes "
+                             f"{inner.fn.arity} arguments but the stream has {width} field(s); give it one "
+                             "parameter per field", inner.location)
+        width = stream_widths((inner,))[0]
+
+
 def check_callable(pipeline: PipelineIR) -> None:
     """What only a pipeline about to run must satisfy: a map that starts it takes one argument, and a reduce or
     scan that starts it combines single values (a map of k arguments or a reduce/scan on k-tuples is a fragment,
     to be composed after a stage returning a k-tuple)."""
     first = pipeline.stages[0]
+    if isinstance(first, Attach) and entering_width(first.pipeline) != 1:
+        k = entering_width(first.pipeline)
+        raise ArityError(f"this attach's pipeline takes a {k}-tuple stream, but as the first stage it gets one "
+                         f"input; put a map or zip_with returning a {k}-tuple before it", first.location)
     if isinstance(first, (Reduce, Scan)) and len(first.op.outputs) > 1:
         k = len(first.op.outputs)
         kind = "reduce" if isinstance(first, Reduce) else "scan"

@@ -20,7 +20,7 @@ from .. import compiler
 from ..lower.bind import Binding
 from ..lower.fuse import KernelPlan
 from ..errors import UnsupportedError, too_deeply_nested
-from ..pipeline.ir import PipelineIR
+from ..pipeline.ir import PipelineIR, stage_functions
 from ..scalar.inline import globals_key
 from ..scalar.ir import jit_functions
 from . import binaries, index
@@ -191,7 +191,7 @@ def _triton_failures(pipeline: PipelineIR):
     try:
         yield
     except (CompilationError, InterpreterError) as exc:
-        stages = [st for st, fn in zip(pipeline.stages, pipeline.functions) if jit_functions(fn)]
+        stages = [st for st in pipeline.stages if any(jit_functions(fn) for fn in stage_functions(st))]
         where = stages[0].location if stages else None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UnsupportedError(f"Triton could not {'compile' if isinstance(exc, CompilationError) else 'run'} "

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..pipeline.evaluate import (evaluate_fields, evaluate_function, reduce_fields, reduce_tensor, scan_fields,
-                                 scan_tensor)
-from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
-from ..pipeline.verify import operator_spec
+from ..pipeline.evaluate import (attach_fields, evaluate_fields, evaluate_function, reduce_fields, reduce_tensor,
+                                 scan_fields, scan_tensor)
+from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
+from ..pipeline.verify import iteration_axes, operator_spec
 from ..scalar.builtins import OPS
 from ..scalar.dtypes import kernel_compute_dtype
 from ..scalar.ir import Arg, Call, Const, Function, fold
@@ -146,35 +146,83 @@ def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
 
     # floats are evaluated in float64; integers and bools in their own dtype, exactly as torch computes them
     pending = [t.detach().cpu().to(torch.float64) if t.is_floating_point() else t.detach().cpu() for t in inputs]
-    values: list[torch.Tensor] = []
-    scales: list[torch.Tensor] = []
-    kinds: list[torch.Tensor] = []
-    loose: list[torch.Tensor] = []  # per stream field: where the order of combination decides the value
-    seen = {t.dtype for t in inputs}  # the dtypes of the inputs and of the stream after every stage
-    length = 1
-    for i, (stage, take) in enumerate(zip(ir.stages, new_inputs(ir.stages))):
-        new, pending = pending[:take], pending[take:]
-        new_metas, metas = metas[:take], metas[take:]
-        if isinstance(stage, (Map, ZipWith)):
-            args = kinds + new_metas
-            values, scales = _apply(stage, values + new, scales + [_magnitude(a) for a in new], rounded,
-                                    [m.dtype for m in args])
-            loose = [_spread(loose, v.shape) for v in values]
-            kinds = evaluate_function(stage.fn, args)
-            seen |= {k.dtype for k in kinds}
-            continue
-        xs, xscales = (values, scales) if i else (new[:1], [_magnitude(new[0])])
-        before = loose if i else [torch.zeros(x.shape, dtype=torch.bool) for x in xs]
-        values, scales, loose = _combine(stage, xs, xscales, before, compute, rounded)
-        kinds = reduce_fields(stage, kinds if i else new_metas[:1]) if isinstance(stage, Reduce) else \
-            scan_fields(stage, kinds if i else new_metas[:1])
-        seen |= {k.dtype for k in kinds}
-        length = max(1, _length(stage, xs[0], values[0]))
+    state = _Stream(rounded, compute, {t.dtype for t in inputs})
+    state.run(ir.stages, pending, metas)
+    values, scales, loose, seen, length = state.values, state.scales, state.loose, state.seen, state.length
     least = torch.float32 if seen & {torch.float16, torch.bfloat16, torch.float32} else compute
     loose = loose or [torch.zeros(v.shape, dtype=torch.bool) for v in values]
     refs = tuple(Reference(v, s, f.dtype, length, least, _spread(loose, v.shape))
                  for v, s, f in zip(values, scales, fields))
     return refs[0] if len(refs) == 1 else refs
+
+
+class _Stream:
+    """The oracle's stream as stages run: per field its float64 (or exact) ``values``, error ``scales``, torch's
+    meta tensor (``kinds``) and where the order of combination decides it (``loose``); the dtypes ``seen`` so
+    far and the longest chain of elements combined (``length``)."""
+
+    def __init__(self, rounded, compute: torch.dtype, seen: set):
+        self.rounded, self.compute, self.seen = rounded, compute, seen
+        self.values: list[torch.Tensor] = []
+        self.scales: list[torch.Tensor] = []
+        self.kinds: list[torch.Tensor] = []
+        self.loose: list[torch.Tensor] = []
+        self.length = 1
+
+    def run(self, stages, pending: list, metas: list, continued: bool = False) -> None:
+        """Run ``stages`` on the stream, taking new inputs from ``pending`` (and their ``metas``); ``continued``:
+        the stages continue a stream (an attached pipeline's), so none takes inputs as a first stage does."""
+        for i, (stage, take) in enumerate(zip(stages, new_inputs(stages))):
+            first = i == 0 and not continued
+            take = 0 if continued else take
+            new, pending = pending[:take], pending[take:]
+            new_metas, metas = metas[:take], metas[take:]
+            if isinstance(stage, (Map, ZipWith)):
+                self._apply(stage, new, new_metas)
+                continue
+            if first:
+                self.values, self.scales, self.kinds = new[:1], [_magnitude(new[0])], new_metas[:1]
+                self.loose = [torch.zeros(new[0].shape, dtype=torch.bool)]
+            if isinstance(stage, Attach):
+                self._attach(stage)
+            else:
+                self._combine(stage)
+
+    def _apply(self, stage, new: list, new_metas: list) -> None:
+        args = self.kinds + new_metas
+        self.values, self.scales = _apply(stage, self.values + new, self.scales + [_magnitude(a) for a in new],
+                                          self.rounded, [m.dtype for m in args])
+        self.loose = [_spread(self.loose, v.shape) for v in self.values]
+        self.kinds = evaluate_function(stage.fn, args)
+        self.seen |= {k.dtype for k in self.kinds}
+
+    def _combine(self, stage) -> None:
+        xs = self.values
+        self.values, self.scales, self.loose = _combine(stage, xs, self.scales, self.loose, self.compute,
+                                                        self.rounded)
+        fold = reduce_fields if isinstance(stage, Reduce) else scan_fields
+        self.kinds = fold(stage, self.kinds)
+        self.seen |= {k.dtype for k in self.kinds}
+        self.length = max(self.length, _length(stage, xs[0], self.values[0]))
+
+    def _attach(self, stage: Attach) -> None:
+        """The stream's fields broadcast together, followed by the attached pipeline's fields, each expanded
+        along the reduced axes (as :func:`~tricomb.pipeline.evaluate.attach_fields`), with its scale."""
+        shape = torch.broadcast_shapes(*(v.shape for v in self.values))
+        self.values, self.scales, self.loose = ([t.expand(shape) for t in ts]
+                                                for ts in (self.values, self.scales, self.loose))
+        self.kinds = [k.expand(shape) for k in self.kinds]
+        kept, kinds = (self.values, self.scales, self.loose), self.kinds
+        self.run(stage.pipeline.stages, [], [], continued=True)
+        axes = iteration_axes(stage.reduce, len(shape))
+        grown = []
+        for ts in (self.values, self.scales, self.loose):
+            if not stage.reduce.keepdim:
+                for d in axes:
+                    ts = [t.unsqueeze(d) if t.dim() < len(shape) else t for t in ts]
+            grown.append([t.expand(shape) for t in ts])
+        self.values, self.scales, self.loose = (a + b for a, b in zip(kept, grown))
+        self.kinds = kinds + attach_fields(stage, kinds)[len(kinds):]
 
 
 def _combine(stage, xs: list, scales: list, loose: list, compute: torch.dtype, rounded):

@@ -1,0 +1,188 @@
+"""attach: a reduction's result used again on every element of its row, in one kernel (softmax, norms).
+
+Grouped by what they check: the meaning (against torch's own functions and the oracle), both plans (the row
+held in one tile, and swept in tiles), one launch, the text form, the plan's account, and the errors."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tricomb as tc
+from tricomb.testing import assert_matches_torch, schedule_overrides
+
+from conftest import one_launch
+
+inf, nan = math.inf, math.nan
+L = tc.library
+
+# the row in one tile (the schedule's choice for these sizes), and swept in tiles of 4 elements, 2 rows a tile
+PLANS = [{}, {"BLOCK_K": 4, "BLOCK_M": 2}]
+PLAN_IDS = ["whole-row", "sweeps"]
+
+TWO_PASS = (tc.attach(tc.max(axis=-1)) >> tc.map(lambda v, m: tc.exp(v - m)) >> tc.attach(tc.sum(axis=-1))
+            >> tc.map(lambda e, s: e / s))
+ONLINE = tc.attach(L.softmax_denominators(axis=-1)) >> tc.map(lambda v, m, s: tc.exp(v - m) / s)
+RMS = tc.attach(tc.map(tc.square) >> tc.mean(axis=-1)) >> tc.zip_with(lambda v, ms, w: v * tc.rsqrt(ms + 1e-6) * w)
+
+SHAPES = [(4, 7), (3, 1), (1, 1), (5, 300), (2, 3, 9), (7,), (0, 5)]
+
+
+def _special(shape) -> torch.Tensor:
+    """Random values with NaN, +inf and -inf placed in some rows."""
+    x = torch.randn(shape)
+    flat = x.view(-1)
+    for k, v in zip(range(0, flat.numel(), 11), (nan, inf, -inf)):
+        flat[k] = v
+    return x
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=PLAN_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_softmax_forms_are_torch_softmax(shape, plan, device):
+    """The two-pass softmax a user writes and the online one give torch.softmax, NaN and infinities included
+    (a row with NaN or +inf is NaN, as torch's)."""
+    x = _special(shape).to(device)
+    want = torch.softmax(x.cpu().double(), -1)
+    with schedule_overrides(**plan):
+        for pipe in (TWO_PASS, ONLINE, L.softmax()):
+            got = one_launch(pipe, x) if x.numel() else pipe(x)
+            assert got.dtype == x.dtype and got.shape == x.shape
+            torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-6, equal_nan=True)
+            assert_matches_torch(pipe, x)
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=PLAN_IDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_library_functions_are_torch_functions(dtype, plan, device):
+    """softmax, log_softmax, layer_norm and rms_norm as torch's functions, in value, dtype and shape (half types
+    computed in float32, as torch computes them)."""
+    x = (torch.randn(6, 37) * 3 + 1).to(dtype).to(device)
+    w, b = (torch.randn(37).to(dtype).to(device) for _ in range(2))
+    tol = {torch.float16: 2e-3, torch.float32: 2e-5, torch.float64: 1e-10}[dtype]
+    up = (lambda t: t.double()) if dtype == torch.float64 else (lambda t: t.float())
+    cases = [(L.softmax(), (x,), torch.softmax(up(x), -1)),
+             (L.log_softmax(), (x,), torch.log_softmax(up(x), -1)),
+             (L.layer_norm(), (x, w, b), F.layer_norm(up(x), (37,), up(w), up(b))),
+             (L.layer_norm(eps=0.1, weight=False, bias=False), (x,), F.layer_norm(up(x), (37,), eps=0.1)),
+             (L.layer_norm(bias=False), (x, w), F.layer_norm(up(x), (37,), up(w))),
+             (L.rms_norm(), (x, w), F.rms_norm(up(x), (37,), up(w), 1e-6)),
+             (L.rms_norm(eps=1e-3, weight=False), (x,), F.rms_norm(up(x), (37,), eps=1e-3)),
+             (RMS, (x, w), F.rms_norm(up(x), (37,), up(w), 1e-6))]
+    with schedule_overrides(**plan):
+        for pipe, inputs, want in cases:
+            got = one_launch(pipe, *inputs)
+            assert got.dtype == dtype and got.shape == want.shape, (str(pipe), got.dtype)
+            torch.testing.assert_close(got.cpu(), want.to(dtype).cpu(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=PLAN_IDS)
+def test_softmax_of_special_rows_is_torch(plan, device):
+    """Rows of only -inf, holding +inf, holding NaN, one element, and a finite row, each as torch.softmax and
+    torch.log_softmax."""
+    x = torch.tensor([[-inf, -inf, -inf], [inf, 1.0, 2.0], [nan, 1.0, 2.0], [inf, inf, -inf], [1.0, 2.0, 3.0],
+                      [-inf, 0.0, -inf]], device=device)
+    with schedule_overrides(**plan):
+        for pipe, ref in ((L.softmax(), torch.softmax), (L.log_softmax(), torch.log_softmax), (TWO_PASS, torch.softmax)):
+            torch.testing.assert_close(pipe(x).cpu(), ref(x.cpu(), -1), equal_nan=True)
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=PLAN_IDS)
+@pytest.mark.parametrize("axis", [0, 1, (0, 2), None])
+def test_attach_along_any_axes_and_layouts(axis, plan, device):
+    """Axes other than the last, several axes, all of them; transposed, sliced and expanded inputs; an input
+    joining after the attach broadcast to the stream's shape. (Positive values: a sum that cancels would make
+    its quotient ill-conditioned beyond what the oracle's error scale bounds.)"""
+    base = torch.rand(5, 6, 7, device=device) + 0.5
+    layouts = [base, base.transpose(0, 2).contiguous().transpose(0, 2), base[:, ::2], base[:1].expand(5, 6, 7)]
+    pipe = tc.attach(tc.sum(axis=axis)) >> tc.zip_with(lambda v, s, y: v / s + y)
+    with schedule_overrides(**plan):
+        for x in layouts:
+            y = torch.randn(x.shape[-1], device=device)
+            assert_matches_torch(pipe, x, y)
+            dims = axis if axis is not None else tuple(range(3))
+            torch.testing.assert_close(pipe(x, y), x / x.sum(dims, keepdim=True) + y, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=PLAN_IDS)
+def test_attached_folds_of_every_kind(plan, device):
+    """An attach's reduce may be a tuple operator, argmax, a mean, an operator that does not commute, one
+    without an identity; a reduce may follow the attaches; maps may run before the first."""
+    x = torch.randn(6, 11, device=device)
+    first = tc.attach(tc.reduce(lambda a, b: a, axis=-1)) >> tc.map(lambda v, f: v - f)
+    pipes = [
+        (tc.attach(tc.argmax(axis=-1)) >> tc.map(lambda v, i: i), x.argmax(-1, keepdim=True).expand(6, 11)),
+        (tc.map(tc.abs) >> tc.attach(tc.mean(axis=-1)) >> tc.map(lambda v, m: v - m),
+         x.abs() - x.abs().mean(-1, keepdim=True)),
+        (first, x - x[:, :1]),
+        (tc.map(lambda v: (v, v + 1)) >> tc.attach(tc.zip_with(tc.mul) >> tc.sum(axis=-1))
+         >> tc.map(lambda a, b, s: s), (x * (x + 1)).sum(-1, keepdim=True).expand(6, 11)),
+        (tc.attach(tc.max(axis=-1)) >> tc.map(lambda v, m: tc.exp(v - m)) >> tc.sum(axis=-1),
+         torch.exp(x - x.amax(-1, keepdim=True)).sum(-1)),
+        (tc.attach(tc.max(axis=-1)) >> tc.attach(tc.map(lambda v, hi: v) >> tc.min(axis=-1))
+         >> tc.map(lambda v, hi, lo: (v - lo) / (hi - lo)),
+         (x - x.amin(-1, keepdim=True)) / (x.amax(-1, keepdim=True) - x.amin(-1, keepdim=True))),
+    ]
+    with schedule_overrides(**plan):
+        for pipe, want in pipes:
+            assert_matches_torch(pipe, x)
+            torch.testing.assert_close(one_launch(pipe, x).to(want.dtype), want, rtol=1e-5, atol=1e-5)
+
+
+def test_long_rows_are_swept(device):
+    """A row longer than the largest tile is swept (the schedule's own choice, not an override): 70000
+    elements."""
+    x = torch.randn(2, 70000, device=device)
+    torch.testing.assert_close(one_launch(TWO_PASS, x), torch.softmax(x, -1), rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(one_launch(L.softmax(), x), torch.softmax(x, -1), rtol=1e-5, atol=1e-8)
+
+
+def test_the_text_form_round_trips():
+    texts = ["attach max(axis=-1) | map (v, m) -> exp(v - m) | attach sum(axis=-1) | map (e, s) -> e / s",
+             "attach softmax_denominators(axis=-1) | map (v, m, s) -> exp(v - m) / s",
+             "attach (map square | mean(axis=-1)) | zip_with (v, ms, w) -> v * rsqrt(ms + 1e-6) * w",
+             "map abs | attach sum(axis=0, keepdim=True) | map (v, s) -> v / s | sum"]
+    for text in texts:
+        pipe = tc.parse(text)
+        assert tc.parse(str(pipe)) == pipe
+    for pipe in (TWO_PASS, ONLINE, RMS, L.softmax(), L.log_softmax(), L.layer_norm(), L.rms_norm()):
+        assert tc.parse(str(pipe)) == pipe
+    assert tc.parse("softmax(axis=0)") == L.softmax(axis=0)
+    assert tc.parse("layer_norm(eps=0.001, bias=False)") == L.layer_norm(eps=0.001, bias=False)
+
+
+def test_explain_names_the_plan():
+    text = str(TWO_PASS.explain(torch.randn(4, 8)))
+    assert text.startswith("1 kernel: attach")
+    assert "read once and held on chip" in text and "swept once per attached fold" in text
+    assert "attach: max(axis=-1)" in text and "attach: sum(axis=-1)" in text
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: tc.attach(tc.map(tc.exp)), r"holds exactly one reduce and no scan or attach, but this one holds 0"),
+    (lambda: tc.attach(tc.cumsum() >> tc.sum()), r"holds a scan"),
+    (lambda: tc.map(lambda x: (x, x)) >> tc.attach(tc.zip_with(lambda a, b, c: a * b * c) >> tc.sum()),
+     r"takes 3 arguments but the stream has 2 field\(s\): an attached pipeline brings in no input of its own"),
+    (lambda: tc.map(lambda x: (x, x)) >> tc.attach(tc.map(tc.exp) >> tc.sum()),
+     r"map 'exp' takes 1 arguments but the stream has 2 field\(s\)"),
+    (lambda: tc.attach(tc.sum(axis=-1)) >> tc.map(lambda v, s: v / s) >> tc.cumsum(), r"scan after an attach"),
+    (lambda: tc.sum(axis=-1) >> tc.attach(tc.max()), r"attach after a reduce or scan"),
+    (lambda: tc.attach(tc.exp), r"takes a pipeline"),
+])
+def test_what_attach_refuses(build, match):
+    with pytest.raises(tc.TricombError, match=match):
+        build()
+
+
+def test_inputs_and_axes_that_do_not_fit_are_refused_before_launch():
+    x = torch.randn(4, 1)
+    grows = tc.attach(tc.sum(axis=-1)) >> tc.zip_with(lambda v, s, y: v / s + y)
+    with pytest.raises(tc.ShapeError, match=r"joins after an attach and would grow the stream's shape \(4, 1\)"):
+        grows(x, torch.randn(5))
+    mixed = tc.attach(tc.sum(axis=-1)) >> tc.attach(tc.map(lambda v, s: v) >> tc.max(axis=0)) >> tc.map(lambda v, s, m: v)
+    with pytest.raises(tc.UnsupportedError, match=r"folds axes \[0\] but the attach before it folds \[1\]"):
+        mixed(torch.randn(3, 4))
+    with pytest.raises(tc.ArgumentError, match=r"layer_norm's eps must be a number >= 0"):
+        L.layer_norm(eps=-1.0)
+    with pytest.raises(tc.ArgumentError, match=r"rms_norm's weight must be True or False"):
+        L.rms_norm(weight=None)

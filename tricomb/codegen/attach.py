@@ -1,0 +1,199 @@
+"""Emitting the body of a kernel with attaches: per row, reductions whose results every element uses again.
+
+The plan's segments are walked once per pass over a row's elements (:class:`_Pass`):
+
+* a row that fits one tile (``K <= BLOCK_K``, chosen at launch) is read once: the tile stays live while each
+  attached reduce folds it, its result joins the stream (:class:`~tricomb.lower.segments.Attach`), the stages
+  after it run on the same tile, and the row's elements are stored (or folded by a reduce after the attaches);
+* a longer row is swept once per attached reduce, each sweep recomputing the stream from the inputs with the
+  results found so far, and once more to store (or fold) the elements. Every other sweep runs from the row's
+  end, so that it first reads what the sweep before read last, which is likeliest still in L2; a sweep whose
+  operator does not commute runs forward, as its fold must meet the elements in order.
+"""
+from __future__ import annotations
+
+from ..lower.fuse import KernelPlan
+from ..lower.segments import Attach, Elementwise, Store, TileReduce
+from ..pipeline.printer import stage_text
+from .combine import accumulate, after_fold, row_totals, split_groups, start_accumulators, tile_address
+from .fold import masked_fields, reduce_tile
+from .kernel import POSITION, emit_loads, emit_offsets, emit_stages, fields, first_stream, program_ids, store, \
+    uses_position
+from .scalar import ScalarContext, Value
+from .writer import Writer
+
+TILE = "[BLOCK_M, BLOCK_K]"
+
+
+class _Pass:
+    """One pass over a tile of a row's elements, walking the plan's segments. ``until`` is the fold the pass ends
+    at (it folds the tile into that fold's accumulators ``accs[until]``), or None for a pass through every segment
+    (it stores the elements, or folds them into the reduce after the attaches). ``results`` holds each attach's
+    row results found so far; with ``whole`` (the row is one tile) the pass finds them itself, from its own tile,
+    and a fold not in order folds the row at once into ``totals``."""
+
+    def __init__(self, w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], address: dict,
+                 results: dict[int, list[Value]], accs: dict[int, list[str]], whole: bool):
+        self.w, self.ctx, self.p, self.combines, self.address = w, ctx, p, combines, address
+        self.results, self.accs, self.whole = results, accs, whole
+        self.totals: dict[int, list[str]] = {}
+        self.values: dict[str, Value] = {}
+
+    def run(self, until: int | None) -> None:
+        p, w = self.p, self.w
+        self._load(0)
+        stream = first_stream(p, self.values)
+        attached: list[Value] = []  # the attached pipeline's stream, entering its reduce
+        for segment in p.segments:
+            if isinstance(segment, Elementwise) and segment.within is None:
+                stream = emit_stages(w, self.ctx, p, segment, stream, self.values, TILE)
+            elif isinstance(segment, Elementwise):
+                n = self._fold_of(segment)
+                if p.segments.index(segment) < p.segments.index(p.folds[n]) and (self.whole or n == until):
+                    attached = self._before_fold(segment, stream, p.folds[n])
+            elif isinstance(segment, TileReduce):
+                n = p.folds.index(segment)
+                if not segment.attached:  # the reduce after the attaches: the pass's last fold
+                    self._fold(n, segment, stream)
+                    return
+                if self.whole or n == until:
+                    self._fold(n, segment, attached)
+                if n == until:
+                    return
+                if self.whole:
+                    self.results[n] = row_results(w, self.ctx, p, n, self.totals_of(n))
+            elif isinstance(segment, Attach):
+                n = p.folds.index(segment.fold)
+                stream = stream + [Value(f"{r.text}[:, None]", r.dtype, r.zero_dim) for r in self.results[n]]
+                self._load(n + 1)
+            elif isinstance(segment, Store):
+                store(w, self.ctx, p, segment, stream, self.address, "mask")
+
+    def _load(self, phase: int) -> None:
+        """The inputs of ``phase`` (:class:`~tricomb.lower.segments.Slot`), at this tile's addresses."""
+        self.values.update(emit_loads(self.w, self.ctx, self.p, self.p.joining(phase), self.address, "mask"))
+
+    def _fold_of(self, segment: Elementwise) -> int:
+        """The number of the attached fold whose pipeline ``segment``'s stages belong to."""
+        return next(n for n, f in enumerate(self.p.folds) if f.attached and f.at == segment.within)
+
+    def _before_fold(self, segment: Elementwise, stream: list[Value], fold: TileReduce) -> list[Value]:
+        """The attached pipeline's stages before its reduce, on the stream; with the fold's share, without the
+        last (the lift, which the fold applies itself)."""
+        stages = segment.stages[:-1] if fold.share is not None else segment.stages
+        return emit_stages(self.w, self.ctx, self.p, Elementwise(stages, segment.first, segment.within), stream,
+                           self.values, TILE)
+
+    def _fold(self, n: int, fold: TileReduce, values: list[Value]) -> None:
+        """The tile folded by fold ``n``: into its accumulators, or, for a whole row not folded in order, at once."""
+        self.w.comment(f"stage {fold.at}: {stage_text(fold.stage)}" + (" (attached)" if fold.attached else ""))
+        if self.whole and not fold.per_row:
+            self.totals[n] = fields(f"total{n}_", fold.width) if fold.width > 1 else [f"total{n}"]
+            tile = reduce_tile(fold, masked_fields(fold, values, "mask"), self.combines[n])
+            self.w.line(f"{', '.join(self.totals[n])} = {tile}", comment="the whole row at once")
+            return
+        accumulate(self.w, self.ctx, fold, self.accs[n], values, self.combines[n])
+
+    def totals_of(self, n: int) -> list[str]:
+        """Fold ``n``'s row totals, after this pass folded it."""
+        if n in self.totals:
+            return self.totals[n]
+        return totals_of(self.w, self.p, n, self.accs[n], self.combines[n])
+
+
+def totals_of(w: Writer, p: KernelPlan, n: int, accs: list[str], combine: str) -> list[str]:
+    """Fold ``n``'s row totals from its accumulators ``accs``, after its last tile."""
+    fold = p.folds[n]
+    return row_totals(w, fold, accs, combine, f"total{n}_" if fold.width > 1 else f"total{n}")
+
+
+def row_results(w: Writer, ctx: ScalarContext, p: KernelPlan, n: int, totals: list[str]) -> list[Value]:
+    """Attached fold ``n``'s row results: the attached pipeline's stages after the reduce, applied to its
+    ``totals``, each held in a ``row<n>`` variable."""
+    fold = p.folds[n]
+    rank0 = p.binding.rank == 0
+    stream = [Value(t, dtype, rank0) for t, dtype in zip(totals, fold.combined_dtypes)]
+    results = emit_stages(w, ctx, p, p.following(fold, Elementwise), stream, {}, "[BLOCK_M]")
+    names = fields(f"row{n}_", len(results)) if len(results) > 1 else [f"row{n}"]
+    for name, r in zip(names, results):
+        w.line(f"{name} = {r.text}", comment="the row's result, for each of its elements" if name == names[0] else None)
+    return [Value(name, r.dtype, r.zero_dim) for name, r in zip(names, results)]
+
+
+def _tile(w: Writer, p: KernelPlan, rows: dict, reduced: list[int], ks: str) -> dict:
+    """The offsets and mask of the tile at positions ``ks`` along the row; returns every slot's address."""
+    w.line(f"ks = {ks}")
+    w.line("mask = row_mask[:, None] & (ks < K)[None, :]")
+    offsets = emit_offsets(w, "ks", reduced, p.slots, "k")
+    if uses_position(p):
+        w.line(f"{POSITION} = ks[None, :].to(tl.int64)", comment="positions along the reduced axes")
+    return tile_address(rows, offsets, p.slots)
+
+
+def _start(w: Writer, n: int, fold: TileReduce) -> list[str]:
+    """Fold ``n``'s accumulators, filled with its identity."""
+    return start_accumulators(w, fold, f"acc{n}_" if fold.width > 1 else f"acc{n}")
+
+
+def _final(w: Writer, ctx: ScalarContext, p: KernelPlan, totals: list[str], rows: dict) -> None:
+    """After the last pass, for a reduce after the attaches: the stages after it on its row ``totals`` (inputs
+    joining there read at the rows' offsets ``rows``), and the rows stored."""
+    fold = p.folds[-1]
+    value = after_fold(w, ctx, p, fold, totals, rows, "row_mask", "[BLOCK_M]")
+    store(w, ctx, p, p.following(fold, Store), value, rows, "row_mask")
+
+
+def _whole_row(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], rows: dict,
+               reduced: list[int]) -> None:
+    """The row in one tile: one pass through every segment."""
+    accs = {n: _start(w, n, f) for n, f in enumerate(p.folds) if f.per_row}
+    address = _tile(w, p, rows, reduced, "tl.arange(0, BLOCK_K)")
+    one = _Pass(w, ctx, p, combines, address, {}, accs, whole=True)
+    one.run(None)
+    if not p.folds[-1].attached:
+        _final(w, ctx, p, one.totals_of(len(p.folds) - 1), rows)
+
+
+def _sweep_positions(forward: bool) -> str:
+    """The positions of a sweep's tile: from the row's start, or from its end (``k0`` counts tiles swept)."""
+    if forward:
+        return "k0 + tl.arange(0, BLOCK_K)"
+    return "(K - 1) // BLOCK_K * BLOCK_K - k0 + tl.arange(0, BLOCK_K)"
+
+
+def _sweeps(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], rows: dict,
+            reduced: list[int]) -> None:
+    """A row in several tiles: one sweep per attached fold, then one through every segment."""
+    results: dict[int, list[Value]] = {}
+    accs: dict[int, list[str]] = {}
+    last = len(p.folds) - 1
+    for sweep, until in enumerate([n for n, f in enumerate(p.folds) if f.attached] + [None]):
+        n = last if until is None else until
+        folds = until is not None or not p.folds[n].attached
+        if folds:
+            accs[n] = _start(w, n, p.folds[n])
+        forward = sweep % 2 == 0 or (folds and p.folds[n].ordered)
+        what = f"fold {stage_text(p.folds[n].stage)}" if until is not None else "every stage"
+        w.comment(f"sweep {sweep}: {what}" + ("" if forward else ", from the row's end (what is still in L2 first)"))
+        with w.block("for k0 in range(0, K, BLOCK_K):"):
+            address = _tile(w, p, rows, reduced, _sweep_positions(forward))
+            _Pass(w, ctx, p, combines, address, results, accs, whole=False).run(until)
+        if until is not None:
+            results[n] = row_results(w, ctx, p, n, totals_of(w, p, n, accs[n], combines[n]))
+        elif folds:
+            _final(w, ctx, p, totals_of(w, p, n, accs[n], combines[n]), rows)
+
+
+def emit_attach_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...]) -> None:
+    """``BLOCK_M`` rows a program; a row that fits one tile is read once and held on chip, a longer one swept
+    once per attached fold and once more (module docstring). ``combines`` names each fold's combine function."""
+    kept, reduced = split_groups(p)
+    program_ids(w, ["pid_m"])
+    w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
+    w.line("row_mask = rows < M")
+    rows = emit_offsets(w, "rows", kept, p.slots, "r")
+    with w.block("if K <= BLOCK_K:"):
+        w.comment("the row is one tile: read once, held on chip through every fold")
+        _whole_row(w, ctx, p, combines, rows, reduced)
+    with w.block("else:"):
+        _sweeps(w, ctx, p, combines, rows, reduced)
