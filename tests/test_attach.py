@@ -25,7 +25,7 @@ TWO_PASS = (tc.attach(tc.max(axis=-1)) >> tc.map(lambda v, m: tc.exp(v - m)) >> 
 ONLINE = tc.attach(L.softmax_denominators(axis=-1)) >> tc.map(lambda v, m, s: tc.exp(v - m) / s)
 RMS = tc.attach(tc.map(tc.square) >> tc.mean(axis=-1)) >> tc.zip_with(lambda v, ms, w: v * tc.rsqrt(ms + 1e-6) * w)
 
-SHAPES = [(4, 7), (3, 1), (1, 1), (5, 300), (2, 3, 9), (7,), (0, 5)]
+SHAPES = [(4, 7), (3, 1), (1, 1), (5, 300), (2, 3, 9), (7,), (0, 5), (5, 0), ()]
 
 
 def _special(shape) -> torch.Tensor:
@@ -127,6 +127,16 @@ def test_attached_folds_of_every_kind(plan, device):
         for pipe, want in pipes:
             assert_matches_torch(pipe, x)
             torch.testing.assert_close(one_launch(pipe, x).to(want.dtype), want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_attach_to_nothing_takes_no_reduction(device):
+    """Rows of no elements: an attach has no element to join a result to, so the reduction is not taken (a max of
+    nothing, which torch refuses, is never asked for); a reduce after it gives its identity per row."""
+    x = torch.randn(5, 0, device=device)
+    assert TWO_PASS(x).shape == (5, 0)
+    after = tc.attach(tc.max(axis=-1)) >> tc.map(lambda v, m: tc.exp(v - m)) >> tc.sum(axis=-1)
+    assert_matches_torch(after, x)
+    assert torch.equal(after(x).cpu(), torch.zeros(5))
 
 
 def test_long_rows_are_swept(device):

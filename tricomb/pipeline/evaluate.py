@@ -210,8 +210,10 @@ def evaluate_fields(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: 
 def attach_fields(stage: Attach, xs: list[torch.Tensor], after_op: OpHook = _identity) -> list[torch.Tensor]:
     """torch's stream after ``stage`` on the stream fields ``xs``: the fields broadcast together, then the
     attached pipeline's result fields, each with the reduced axes kept (as ``keepdim=True``) and expanded to the
-    stream's shape, laid out as the stream's first field."""
+    stream's shape, laid out as the stream's first field. (An empty stream attaches empty fields.)"""
     xs = list(torch.broadcast_tensors(*xs)) if len(xs) > 1 else list(xs)
+    if xs[0].numel() == 0:
+        return xs + [after_op(t) for t in _attached_to_nothing(stage, xs)]
     stream = list(xs)
     for stage_ in stage.pipeline.stages:  # a continuation: every stage takes the stream (none brings an input)
         stream, _ = _evaluate_stage(stage_, 1, stream, [], after_op)
@@ -222,6 +224,15 @@ def attach_fields(stage: Attach, xs: list[torch.Tensor], after_op: OpHook = _ide
             stream = [r.unsqueeze(d) for r in stream]
     # laid out as the stream's first field (torch.softmax's result is laid out as its input)
     return xs + [after_op(torch.empty_like(xs[0], dtype=r.dtype).copy_(r.expand(xs[0].shape))) for r in stream]
+
+
+def _attached_to_nothing(stage: Attach, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """An attach to an empty stream attaches empty fields: there is no element to use a result, so the reduction
+    is not taken (a max over a row of nothing, which torch refuses, is never asked for). Their dtypes are those
+    the reduction gives for one element a row."""
+    one = [torch.empty([max(n, 1) for n in x.shape], dtype=x.dtype, device="meta") for x in xs]
+    return [torch.empty(xs[0].shape, dtype=t.dtype, device=xs[0].device)
+            for t in attach_fields(stage, one)[len(xs):]]
 
 
 def _evaluate_stage(stage, i: int, stream: list, pending: list, after_op: OpHook):

@@ -213,6 +213,14 @@ class _Stream:
                                                 for ts in (self.values, self.scales, self.loose))
         self.kinds = [k.expand(shape) for k in self.kinds]
         kept, kinds = (self.values, self.scales, self.loose), self.kinds
+        if math.prod(shape) == 0:  # attached to nothing (attach_fields): empty fields, no reduction taken
+            fields = attach_fields(stage, kinds)[len(kinds):]
+            empty = [torch.empty(shape, dtype=torch.float64 if f.is_floating_point() else f.dtype) for f in fields]
+            self.values = kept[0] + empty
+            self.scales = kept[1] + [torch.zeros(shape, dtype=torch.float64) for _ in fields]
+            self.loose = kept[2] + [torch.zeros(shape, dtype=torch.bool) for _ in fields]
+            self.kinds = kinds + fields
+            return
         self.run(stage.pipeline.stages, [], [], continued=True)
         axes = iteration_axes(stage.reduce, len(shape))
         grown = []
