@@ -166,11 +166,36 @@ def test_explain_names_the_plan():
     assert text.startswith("1 kernel: attach")
     assert "read once and held on chip" in text and "swept once per attached fold" in text
     assert "attach: max(axis=-1)" in text and "attach: sum(axis=-1)" in text
+    assert text.endswith("chosen for these inputs: 4 rows of 8 elements, tiles of 4 x 8: each row read once, held "
+                         "on chip")
+    long = str(TWO_PASS.explain(torch.randn(2, 70000)))
+    assert long.endswith("2 rows of 70000 elements, tiles of 1 x 65536: each row swept 3 times")
 
 
 @pytest.mark.parametrize("build, match", [
-    (lambda: tc.attach(tc.map(tc.exp)), r"holds exactly one reduce and no scan or attach, but this one holds 0"),
+    (lambda: L.rms_norm(axis=0), r"rms_norm's axis must be -1 or a tuple of the trailing axes"),
+    (lambda: L.layer_norm(axis=(-1, -3)), r"layer_norm's axis must be -1 or a tuple of the trailing axes"),
+    (lambda: L.layer_norm(normalized_shape=(6,)), r"torch's normalized_shape is axis here"),
+])
+def test_norms_refuse_what_torch_means_otherwise(build, match):
+    """A norm's weight broadcasts along the trailing axes, so only those are normalized (torch's
+    normalized_shape); torch's argument names get pointed errors."""
+    with pytest.raises(tc.ArgumentError, match=match):
+        build()
+
+
+def test_the_result_is_laid_out_as_torch_softmax(device):
+    x = torch.randn(6, 4, device=device).t()
+    for pipe in (L.softmax(), L.layer_norm(weight=False, bias=False), TWO_PASS):
+        assert pipe(x).stride() == torch.softmax(x, -1).stride() == (6, 1)
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: tc.attach(tc.map(tc.exp)), r"ends in a reduce .* but this one holds none; in text, put a pipeline"),
+    (lambda: tc.attach(L.softmax()), r"attaches itself .* attach a reduction \(for softmax's: softmax_denominators"),
     (lambda: tc.attach(tc.cumsum() >> tc.sum()), r"holds a scan"),
+    (lambda: tc.attach(tc.zip_with(tc.mul) >> tc.sum(axis=-1))(torch.ones(2, 3)),
+     r"as the first stage it gets one input, and an attached pipeline brings in no input of its own"),
     (lambda: tc.map(lambda x: (x, x)) >> tc.attach(tc.zip_with(lambda a, b, c: a * b * c) >> tc.sum()),
      r"takes 3 arguments but the stream has 2 field\(s\): an attached pipeline brings in no input of its own"),
     (lambda: tc.map(lambda x: (x, x)) >> tc.attach(tc.map(tc.exp) >> tc.sum()),

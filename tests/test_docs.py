@@ -1,5 +1,5 @@
 """The docs stay true to the code: the builtin table is generated, and the DSL reference names the grammar's
-keywords and shorthands."""
+keywords, shorthands and library pipelines."""
 import re
 from pathlib import Path
 
@@ -17,9 +17,10 @@ def test_dsl_reference_covers_the_grammar():
     grammar = (ROOT / "grammar" / "tricomb.lark").read_text()
     reference = (ROOT / "docs" / "dsl.md").read_text()
     shorthands = re.search(r"SHORTHAND\.2: /\((.*)\)\\b/", grammar).group(1).split("|")
+    library = re.search(r"LIBRARY\.2: /\((.*)\)\\b/", grammar).group(1).split("|")
     keywords = re.findall(r"^_[A-Z_]+\.2: /(\w+)\\b/", grammar, flags=re.M)
-    assert keywords == ["map", "zip_with", "reduce", "scan"]
-    for word in shorthands + keywords:
+    assert keywords == ["map", "zip_with", "reduce", "scan", "attach"]
+    for word in shorthands + library + keywords:
         assert re.search(rf"\b{word}\b", reference), f"docs/dsl.md does not mention {word!r}"
 
 

@@ -26,9 +26,10 @@ class Plan:
     ``plan.passes`` holds ``(pass name, text of the IR after it)`` for each compiler pass, when asked for
     (``explain(x, passes=True)``), else is empty."""
 
-    def __init__(self, kernel_plan: KernelPlan, passes: tuple[tuple[str, str], ...] = ()):
+    def __init__(self, kernel_plan: KernelPlan, passes: tuple[tuple[str, str], ...] = (), chosen: tuple[str, ...] = ()):
         self.kernel_plan = kernel_plan
         self.passes = passes
+        self.chosen = chosen  # what the launch chooses for the inputs explained (lines), where it chooses a plan
 
     @property
     def num_kernels(self) -> int:
@@ -40,7 +41,7 @@ class Plan:
 
     def __str__(self) -> str:
         if not self.passes:
-            return describe(self.kernel_plan)
+            return "\n".join([describe(self.kernel_plan), *self.chosen])
         return "\n\n".join(f"=== after {name} ===\n{text}" for name, text in self.passes)
 
     __repr__ = __str__
@@ -108,7 +109,7 @@ class Pipeline:
             raise ArgumentError(f"passes={passes!r}: give True or False", caller_location())
         record: list = []
         unit = launch.lowered(self.ir, inputs, until="emit" if passes else "fuse", record=record if passes else None)
-        return Plan(unit.plan, tuple(record))
+        return Plan(unit.plan, tuple(record), tuple(_chosen(unit.plan, inputs)))
 
     @property
     def num_inputs(self) -> int:
@@ -126,6 +127,16 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"<tricomb pipeline: {self}>"
+
+
+def _chosen(plan: KernelPlan, inputs: tuple) -> list[str]:
+    """What the launch chooses for ``inputs`` (:meth:`~tricomb.codegen.strategies.KernelStrategy.chosen`)."""
+    joining = [t for t, slot in zip(inputs, plan.inputs) if slot.phase == 0] or list(inputs[:1])
+    shape = tuple(torch.broadcast_shapes(*(t.shape for t in joining)))
+    x = inputs[0].expand(shape) if shape else inputs[0]
+    axes = plan.binding.axes
+    inner = not axes or x.stride(axes[-1]) == 1
+    return strategy_for(plan).chosen(shape, inner, not inputs[0].is_cuda)
 
 
 def build_map(f, where) -> Pipeline:

@@ -29,7 +29,9 @@ def _arguments_named(fn):
         if extra:
             raise ArgumentError(f"tc.library.{fn.__name__} takes {', '.join(params)}, not "
                                 f"{', '.join(k + '=' for k in extra)}" +
-                                (" (torch's dim is axis here)" if "dim" in extra else ""), caller_location())
+                                (" (torch's dim is axis here)" if "dim" in extra else "") +
+                                (" (torch's normalized_shape is axis here: -1, or (-2, -1) for the last two)"
+                                 if "normalized_shape" in extra else ""), caller_location())
         try:
             signature.bind(*args, **kwargs)
         except TypeError as exc:
@@ -170,6 +172,18 @@ def _flag(value, name: str, what: str) -> bool:
     return value
 
 
+def _trailing(axis, name: str):
+    """A norm's axes: -1, or a tuple of trailing negative axes ((-2, -1)), as torch's ``normalized_shape`` names the
+    last dimensions (a weight then broadcasts along exactly those)."""
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    if not axes or any(isinstance(a, bool) or not isinstance(a, int) for a in axes) or \
+            sorted(axes) != list(range(-len(axes), 0)):
+        raise ArgumentError(f"{name}'s axis must be -1 or a tuple of the trailing axes counted from the end "
+                            f"((-2, -1)), as torch's normalized_shape names the last dimensions; got {axis!r}",
+                            caller_location())
+    return axis
+
+
 def _scaled(weight: bool, bias: bool):
     """The last stage of a norm: the normalized value ``u`` times a weight input and plus a bias input, each
     present or not (a zip_with bringing them in, or a map)."""
@@ -186,9 +200,11 @@ def layer_norm(eps: float = 1e-5, weight: bool = True, bias: bool = True, axis=-
     of one dimension; a tuple of trailing axes for more), as torch.nn.functional.layer_norm: the mean and the
     biased variance of each row, the variance taken of the shifted values ``x - mean`` (two passes over the row,
     which cancel nothing; one read when the row fits on chip). Inputs ``x``, then ``weight`` and ``bias`` when
-    given (each broadcast as torch does: shaped like the normalized axes). Raises :class:`~tricomb.ArgumentError`
-    for a negative ``eps`` or a flag that is not a bool."""
-    eps = _eps(eps, "layer_norm")
+    given (each broadcast as torch does: shaped like the normalized axes); the result's dtype is torch's
+    promotion of theirs (give the weight and bias in ``x``'s dtype: torch's layer_norm keeps ``x``'s). Raises
+    :class:`~tricomb.ArgumentError` for a negative ``eps``, axes that are not the trailing ones, or a flag that is
+    not a bool."""
+    eps, axis = _eps(eps, "layer_norm"), _trailing(axis, "layer_norm")
     weight, bias = _flag(weight, "layer_norm", "weight"), _flag(bias, "layer_norm", "bias")
     centered = api.attach(api.mean(axis=axis)) >> api.map(lambda v, mean: v - mean)
     normalized = centered >> api.attach(api.map(lambda d: d * d) >> api.mean(axis=axis)) >> api.map(
@@ -200,10 +216,12 @@ def layer_norm(eps: float = 1e-5, weight: bool = True, bias: bool = True, axis=-
 @_arguments_named
 def rms_norm(eps: float = 1e-6, weight: bool = True, axis=-1) -> api.Pipeline:
     """``x * rsqrt(mean(x ** 2) + eps) * weight`` over ``axis`` (the last, or a tuple of trailing axes), as
-    torch.nn.functional.rms_norm with this ``eps`` (torch's default, None, is the dtype's machine epsilon: pass
-    it to match). Inputs ``x``, then ``weight`` when given. One kernel; half types computed in float32 and
-    rounded once. Raises :class:`~tricomb.ArgumentError` for a negative ``eps``."""
-    eps = _eps(eps, "rms_norm")
+    torch.nn.functional.rms_norm with this ``eps`` (torch's default, None, means ``torch.finfo(x.dtype).eps``:
+    pass that number to match it). Inputs ``x``, then ``weight`` when given. One kernel; half types computed in
+    float32 and rounded once. The result's dtype is torch's promotion of ``x``'s and the weight's (torch keeps
+    ``x``'s for a float32 weight on half ``x``: give the weight in ``x``'s dtype). Raises
+    :class:`~tricomb.ArgumentError` for a negative ``eps`` or axes that are not the trailing ones."""
+    eps, axis = _eps(eps, "rms_norm"), _trailing(axis, "rms_norm")
     weight = _flag(weight, "rms_norm", "weight")
     normalized = api.attach(api.map(lambda v: v * v) >> api.mean(axis=axis)) >> api.map(
         lambda v, ms: v * rsqrt(ms + eps))

@@ -14,10 +14,12 @@ stores, the launcher's layout and launch) lives in the emitters the strategies c
 """
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from ..lower.bind import Group
 from ..lower.fuse import KernelPlan
+from ..lower.schedule import schedule_attach
 from ..lower.segments import Attach, Elementwise, TileReduce, TileScan
 from ..pipeline.printer import stage_text
 from .attach import emit_attach_body
@@ -74,6 +76,11 @@ class KernelStrategy:
     def group_name(self, group: Group) -> str:
         """How :func:`describe` names a dimension group."""
         return group.kind
+
+    def chosen(self, shape: tuple[int, ...], inner: bool, interpret: bool) -> list[str]:
+        """What the launch chooses for inputs broadcasting to ``shape`` (``inner``: a row's elements are contiguous),
+        as lines for ``explain``; none where nothing is chosen beyond the tiles."""
+        return []
 
     def description(self) -> list[str]:
         """The lines of :func:`describe` after the layout: the segments, in order."""
@@ -233,6 +240,17 @@ class AttachKernel(KernelStrategy):
 
     def grid(self) -> str:
         return "lambda meta: (triton.cdiv(M, meta['BLOCK_M']),)"
+
+    def chosen(self, shape: tuple[int, ...], inner: bool, interpret: bool) -> list[str]:
+        axes = self.plan.binding.axes
+        K = math.prod(shape[d] for d in axes)
+        M = math.prod(n for d, n in enumerate(shape) if d not in axes)
+        cfg = schedule_attach(M, K, inner, interpret)
+        tiles = f"tiles of {cfg['BLOCK_M']} x {cfg['BLOCK_K']}"
+        if K <= cfg["BLOCK_K"]:
+            return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row read once, held on chip"]
+        sweeps = sum(f.attached for f in self.plan.folds) + 1
+        return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row swept {sweeps} times"]
 
     def description(self) -> list[str]:
         p = self.plan

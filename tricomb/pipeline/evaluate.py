@@ -210,7 +210,8 @@ def evaluate_fields(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: 
 def attach_fields(stage: Attach, xs: list[torch.Tensor], after_op: OpHook = _identity) -> list[torch.Tensor]:
     """torch's stream after ``stage`` on the stream fields ``xs``: the fields broadcast together, then the
     attached pipeline's result fields, each with the reduced axes kept (as ``keepdim=True``) and expanded to the
-    stream's shape, laid out as the stream's first field. (An empty stream attaches empty fields.)"""
+    stream's shape; after an attach every field is laid out row-major, as torch.softmax's result is. (An empty
+    stream attaches empty fields.)"""
     xs = list(torch.broadcast_tensors(*xs)) if len(xs) > 1 else list(xs)
     if xs[0].numel() == 0:
         return xs + [after_op(t) for t in _attached_to_nothing(stage, xs)]
@@ -222,8 +223,8 @@ def attach_fields(stage: Attach, xs: list[torch.Tensor], after_op: OpHook = _ide
     if not reduce.keepdim:
         for d in axes:
             stream = [r.unsqueeze(d) for r in stream]
-    # laid out as the stream's first field (torch.softmax's result is laid out as its input)
-    return xs + [after_op(torch.empty_like(xs[0], dtype=r.dtype).copy_(r.expand(xs[0].shape))) for r in stream]
+    # row-major, as torch.softmax and layer_norm lay out their results whatever the input's layout
+    return [x.contiguous() for x in xs] + [after_op(r.expand(xs[0].shape).contiguous()) for r in stream]
 
 
 def _attached_to_nothing(stage: Attach, xs: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -243,12 +243,17 @@ def _check_attach(stage: Attach, width: int, combines: list[Stage]) -> None:
     stages = stage.pipeline.stages
     width = width or entering_width(stage.pipeline)
     reduces = [s for s in stages if isinstance(s, Reduce)]
-    other = next((s for s in stages if isinstance(s, (Scan, Attach))), None)
-    if len(reduces) != 1 or other is not None:
-        found = f"a{'n' if isinstance(other, Attach) else ''} {type(other).__name__.lower()}" if other is not None \
-            else f"{len(reduces)} reduces"
-        raise UnsupportedError(f"an attached pipeline holds exactly one reduce and no scan or attach, but this one "
-                               f"holds {found}; attach each reduction on its own (tc.attach(...) >> tc.attach(...))",
+    if any(isinstance(s, Attach) for s in stages):
+        raise UnsupportedError("an attached pipeline is a reduction, but this one attaches itself (a pipeline such as "
+                               "tc.library.softmax keeps every element); attach a reduction (for softmax's: "
+                               "softmax_denominators), or attach each reduction on its own", stage.location)
+    if any(isinstance(s, Scan) for s in stages):
+        raise UnsupportedError("an attached pipeline holds one reduce and no scan, but this one holds a scan; a scan "
+                               "with an attach is not compiled yet: split the pipeline", stage.location)
+    if len(reduces) != 1:
+        raise UnsupportedError("an attached pipeline ends in a reduce (tc.sum(axis=-1), tc.max(axis=-1), a library "
+                               "reduction such as softmax_denominators), but this one holds none; in text, put a "
+                               "pipeline of several stages in parentheses: attach (map square | mean(axis=-1))",
                                stage.location)
     for inner in stages:
         if isinstance(inner, Reduce):
@@ -273,7 +278,8 @@ def check_callable(pipeline: PipelineIR) -> None:
     if isinstance(first, Attach) and entering_width(first.pipeline) != 1:
         k = entering_width(first.pipeline)
         raise ArityError(f"this attach's pipeline takes a {k}-tuple stream, but as the first stage it gets one "
-                         f"input; put a map or zip_with returning a {k}-tuple before it", first.location)
+                         f"input, and an attached pipeline brings in no input of its own; zip the inputs before "
+                         f"it (a zip_with returning a {k}-tuple)", first.location)
     if isinstance(first, (Reduce, Scan)) and len(first.op.outputs) > 1:
         k = len(first.op.outputs)
         kind = "reduce" if isinstance(first, Reduce) else "scan"
