@@ -114,7 +114,7 @@ def test_logsumexp_folds_whole_tiles_by_its_declared_share_with_the_pair_combine
     element's declared share: one exp) instead of lifting each to (x, 1) and applying the pair combine (two exps);
     the results are the pair combine's, special values included, on tiny tiles, split rows and every float
     dtype."""
-    from tricomb.library import LOG_SUM_EXP
+    from tricomb.pipeline.online import LOG_SUM_EXP
     x = torch.randn(6, 37, device=device) * 30
     x[0] = -inf
     x[1, 5], x[1, 9] = inf, inf

@@ -14,7 +14,8 @@ import numbers
 
 from . import api
 from .errors import ArgumentError, caller_location
-from .pipeline.operators import Laws, declare_laws, declare_share
+from .pipeline import online
+from .pipeline.operators import Laws, declare_laws
 from .scalar.trace import BUILTINS, to_function
 
 def _arguments_named(fn):
@@ -55,20 +56,6 @@ def _linear(v1, d1, v2, d2):
     return v1 * d2 + v2, d1 * d2
 
 
-def _log_sum_exp(m1, s1, m2, s2):
-    m = maximum(m1, m2)
-    return m, where(m1 == m, s1, s1 * exp(m1 - m)) + where(m2 == m, s2, s2 * exp(m2 - m))
-
-
-def _log_sum_exp_lift(x):
-    return x * 1.0, where(x == x, 1.0, x * 1.0)  # (x, 1), and (NaN, NaN) for NaN
-
-
-def _log_sum_exp_share(m, x):
-    # field 1 of (m, 0) combined with (x, 1) for x <= m: exp(x - m), and 1 where x == m (infinities included)
-    return where(x == m, 1.0, exp(x - m))
-
-
 def _welford(n1, mean1, m2_1, n2, mean2, m2_2):
     n = n1 + n2
     share = where(n == 0, 0.0, n2 / where(n == 0, 1.0, n))
@@ -84,17 +71,9 @@ def _operator(fn, role: str):
 
 
 LINEAR = _operator(_linear, "the linear recurrence operator")
-LOG_SUM_EXP = _operator(_log_sum_exp, "the log-sum-exp operator")
 WELFORD = _operator(_welford, "the Welford merge")
 # (v, d) pairs compose affine maps h -> d * h + v: associative, not commutative (Blelloch 1990, section 1.4)
 declare_laws(LINEAR, (0.0, 1.0), Laws(True, False))
-# (max, sum of exp(x - max)): exp(a - m) * exp(m - M) = exp(a - M), so rescaling to the larger max is exact
-# algebra; associative and commutative (Milakov and Gimelshein, "Online normalizer calculation for softmax", 2018)
-declare_laws(LOG_SUM_EXP, (-_INF, 0.0), Laws(True, True))
-# field 0 is the larger max; at equal maxima the sums add; (m, 0) combined with (x, 1) for x <= m has sum
-# exp(x - m), 1 where x == m: tiles fold as their max, then the sum of the shares
-LOG_SUM_EXP_LIFT = _operator(_log_sum_exp_lift, "the log-sum-exp lift")
-declare_share(LOG_SUM_EXP_LIFT, LOG_SUM_EXP, (-_INF, 0.0), _operator(_log_sum_exp_share, "the log-sum-exp share"))
 # Chan, Golub and LeVeque, "Algorithms for computing the sample variance", 1983: the pairwise merge of
 # (count, mean, sum of squared deviations) is associative and commutative for non-negative counts
 declare_laws(WELFORD, (0.0, 0.0, 0.0), Laws(True, True))
@@ -123,7 +102,8 @@ def ema(alpha: float, axis: int = -1) -> api.Pipeline:
 def _max_and_shifted_sum(axis, keepdim: bool) -> api.Pipeline:
     """Per row: the largest element ``m`` and the sum of ``exp(x - m)``, by the pair combine, which counts the
     elements equal to an infinite ``m`` (``exp(m - m)`` taken as 1): what logsumexp needs."""
-    return api.map(LOG_SUM_EXP_LIFT) >> api.reduce(LOG_SUM_EXP, axis=axis, keepdim=keepdim, identity=(-_INF, 0.0))
+    return api.map(online.LIFT) >> api.reduce(online.LOG_SUM_EXP, axis=axis, keepdim=keepdim,
+                                              identity=online.IDENTITY)
 
 
 @_arguments_named
@@ -133,8 +113,7 @@ def softmax_denominators(axis=-1, keepdim: bool = False) -> api.Pipeline:
     exp(x - m) / s``, as torch.softmax, special values included: a row holding ``+inf``, or only ``-inf``, has
     ``s`` NaN (its ``exp(inf - inf)`` is NaN, as in torch's sum), so its softmax is NaN; an empty row has
     ``(-inf, 0)``. Float inputs; NaN propagates."""
-    return _max_and_shifted_sum(axis, keepdim) >> api.map(
-        lambda m, s: (m, where(abs_(m) == _INF, where(s == 0.0, s, _NAN), s)))
+    return _max_and_shifted_sum(axis, keepdim) >> api.map(online.SOFTMAX_DENOMINATORS)
 
 
 @_arguments_named
@@ -146,17 +125,21 @@ def logsumexp(axis=-1, keepdim: bool = False) -> api.Pipeline:
 
 @_arguments_named
 def softmax(axis=-1) -> api.Pipeline:
-    """``exp(x - m) / s`` along ``axis``, as torch.softmax: one kernel, the denominators
-    (:func:`softmax_denominators`) attached to every element of the row (``tc.attach``). Float inputs; the
-    result has the input's shape and dtype (half types computed in float32). A row holding NaN or ``+inf``, or
-    only ``-inf``, is NaN, as torch's."""
-    return api.attach(softmax_denominators(axis=axis)) >> api.map(lambda v, m, s: exp(v - m) / s)
+    """``exp(x - m) / s`` along ``axis``, as torch.softmax: one kernel, written as a user would (the row's
+    maximum ``m`` attached, ``e = exp(x - m)``, its sum ``s`` attached, ``e / s``). A row held on chip computes one
+    ``exp`` an element; a longer row is swept twice, by the one-pass form the planner derives (the online
+    normalizer, :func:`softmax_denominators`). Float inputs; the result has the input's shape and dtype (half
+    types computed in float32). A row holding NaN or ``+inf``, or only ``-inf``, is NaN, as torch's."""
+    return (api.attach(api.max(axis=axis)) >> api.map(lambda v, m: exp(v - m)) >> api.attach(api.sum(axis=axis))
+            >> api.map(lambda e, s: e / s))
 
 
 @_arguments_named
 def log_softmax(axis=-1) -> api.Pipeline:
-    """``x - m - log(s)`` along ``axis``, as torch.log_softmax (special values as :func:`softmax`'s)."""
-    return api.attach(softmax_denominators(axis=axis)) >> api.map(lambda v, m, s: v - m - log(s))
+    """``x - m - log(s)`` along ``axis``, as torch.log_softmax, in the form :func:`softmax` takes (special values
+    as its)."""
+    return (api.attach(api.max(axis=axis)) >> api.map(lambda v, m: (v - m, exp(v - m)))
+            >> api.attach(api.map(lambda d, e: e) >> api.sum(axis=axis)) >> api.map(lambda d, e, s: d - log(s)))
 
 
 def _eps(eps, name: str) -> float:

@@ -186,14 +186,19 @@ def _sweeps(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, .
 
 def emit_attach_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...]) -> None:
     """``BLOCK_M`` rows a program; a row that fits one tile is read once and held on chip, a longer one swept
-    once per attached fold and once more (module docstring). ``combines`` names each fold's combine function."""
+    once per attached fold and once more (module docstring), in the plan's one-pass form when it has one
+    (``p.long_rows``). ``combines`` names each fold's combine function: ``p``'s, then the long rows' plan's."""
     kept, reduced = split_groups(p)
+    long = p.long_rows or p
+    whole, swept = combines[:len(p.folds)], combines[len(p.folds):] or combines
     program_ids(w, ["pid_m"])
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
     rows = emit_offsets(w, "rows", kept, p.slots, "r")
     with w.block("if K <= BLOCK_K:"):
         w.comment("the row is one tile: read once, held on chip through every fold")
-        _whole_row(w, ctx, p, combines, rows, reduced)
+        _whole_row(w, ctx, p, whole, rows, reduced)
     with w.block("else:"):
-        _sweeps(w, ctx, p, combines, rows, reduced)
+        if p.long_rows is not None:
+            w.comment("a longer row: the one-pass form of the attaches (fewer sweeps)")
+        _sweeps(w, ctx, long, swept, rows, reduced)

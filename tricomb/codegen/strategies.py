@@ -249,7 +249,7 @@ class AttachKernel(KernelStrategy):
         tiles = f"tiles of {cfg['BLOCK_M']} x {cfg['BLOCK_K']}"
         if K <= cfg["BLOCK_K"]:
             return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row read once, held on chip"]
-        sweeps = sum(f.attached for f in self.plan.folds) + 1
+        sweeps = sum(f.attached for f in (self.plan.long_rows or self.plan).folds) + 1
         return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row swept {sweeps} times"]
 
     def description(self) -> list[str]:
@@ -263,6 +263,9 @@ class AttachKernel(KernelStrategy):
             lines += _stages_line("  on the row's result" if fold.attached else "after", after)
             if fold.attached:
                 lines += _stages_line("  then per element", p.following(p.following(fold, Attach), Elementwise))
+        if p.long_rows is not None:
+            lines.append("  a longer row takes the one-pass form of a maximum, then a sum of exp(v - m): one attach of "
+                         "the online normalizer's pairs, one sweep fewer (docs/design.md)")
         return lines
 
 

@@ -17,6 +17,7 @@ is read before them: :func:`check_dtypes` and :func:`fold_commutes`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,7 @@ from ..scalar.builtins import TupleOpSpec, tuple_operator
 from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, combined_dtypes, fold_context, input_stages
+from .derive import one_pass
 from .segments import Attach, Elementwise, Fold, LookBack, Segment, Slot, Store, Ticket, TileReduce, TileScan
 
 
@@ -47,6 +49,7 @@ class KernelPlan:
     field_inputs: tuple[frozenset[int], ...]  # per result field, the inputs it is computed from
     compute_dtype: torch.dtype  # widest float compute dtype of the inputs (half types computed in float32)
     segments: tuple[Segment, ...]
+    long_rows: "KernelPlan | None" = None  # for rows swept in tiles, when they take another form (derive.py)
 
     @property
     def num_kernels(self) -> int:
@@ -120,15 +123,26 @@ def fold_commutes(pipeline: PipelineIR) -> tuple[bool, ...]:
 def plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding) -> KernelPlan:
     """The kernel plan for ``pipeline``, the pipeline ``written`` rewritten by :func:`~.expand.expand` and
     :func:`~.totalize.totalize`, on inputs of ``binding``'s layout class (whether each operator commutes is read
-    from ``written``: :func:`fold_commutes`). Raises :class:`~tricomb.errors.DTypeError` for an identity that is not a
+    from ``written``: :func:`fold_commutes`); with attaches whose chain has a one-pass form
+    (:func:`~.derive.one_pass`), the plan of that form for rows swept in tiles too. Raises :class:`~tricomb.errors.DTypeError` for an identity that is not a
     value of its fields' dtypes."""
+    commutes = fold_commutes(written)
+    derived = one_pass(pipeline, binding) if any(isinstance(s, ir.Attach) for s in pipeline.stages) else None
+    long_rows = None
+    if derived is not None:  # its new folds commute; the others are the pipeline's own stages
+        known = {id(pipeline.stages[at]): c for at, c in zip(_fold_positions(pipeline), commutes)}
+        long_rows = _plan(derived, written, binding,
+                          tuple(known.get(id(derived.stages[at]), True) for at in _fold_positions(derived)))
+    return dataclasses.replace(_plan(pipeline, written, binding, commutes), long_rows=long_rows)
+
+
+def _plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding, commutes: tuple[bool, ...]) -> KernelPlan:
     positions = _fold_positions(pipeline)
     owners = input_stages(pipeline)
     inputs = tuple(Slot(f"in{i}", dtype, sum(owner > at for at in positions))
                    for i, (dtype, owner) in enumerate(zip(binding.dtypes, owners)))
     names = ["out"] if len(binding.out_dtypes) == 1 else [f"out{k}" for k in range(len(binding.out_dtypes))]
     outputs = tuple(Slot(name, dtype, len(positions)) for name, dtype in zip(names, binding.out_dtypes))
-    commutes = fold_commutes(written)
     scans = [at for at in positions if isinstance(pipeline.stages[at], Scan)]
     folds = [_fold(pipeline, binding, at, c, after_scan=any(s < at for s in scans))
              for at, c in zip(positions, commutes)]

@@ -1,0 +1,54 @@
+"""The online normalizer of softmax: a row's largest element and the sum of ``exp(x - max)`` in one fold.
+
+Its operator on ``(max, sum)`` pairs is declared associative and commutative (:func:`~.operators.declare_laws`),
+with the share by which a tile folds as its largest element and then one ``exp`` per element
+(:func:`~.operators.declare_share`). ``tc.library`` builds ``logsumexp`` and ``softmax_denominators`` from these,
+and the planner derives the one-pass form of a two-pass softmax with them (:mod:`tricomb.lower.derive`), so they
+live here, below both.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..scalar.trace import BUILTINS, to_function
+from .operators import Laws, declare_laws, declare_share
+
+exp, abs_, where, maximum = (BUILTINS[n] for n in ("exp", "abs", "where", "maximum"))
+_INF = float("inf")
+_NAN = float("nan")
+IDENTITY = (-_INF, 0.0)
+
+
+def _log_sum_exp(m1, s1, m2, s2):
+    m = maximum(m1, m2)
+    return m, where(m1 == m, s1, s1 * exp(m1 - m)) + where(m2 == m, s2, s2 * exp(m2 - m))
+
+
+def _log_sum_exp_lift(x):
+    return x * 1.0, where(x == x, 1.0, x * 1.0)  # (x, 1), and (NaN, NaN) for NaN
+
+
+def _log_sum_exp_share(m, x):
+    # field 1 of (m, 0) combined with (x, 1) for x <= m: exp(x - m), and 1 where x == m (infinities included)
+    return where(x == m, 1.0, exp(x - m))
+
+
+def _denominators(m, s):
+    # a row holding +inf, or only -inf, sums exp(inf - inf), NaN in torch's sum: its s is NaN; an empty row keeps 0
+    return m, where(abs_(m) == _INF, where(s == 0.0, s, _NAN), s)
+
+
+def _operator(fn, role: str):
+    """The Function, printed as a lambda (so ``str(pipe)`` of a pipeline using it parses back)."""
+    return dataclasses.replace(to_function(fn, role=role), name="<lambda>")
+
+
+LOG_SUM_EXP = _operator(_log_sum_exp, "the log-sum-exp operator")
+# (max, sum of exp(x - max)): exp(a - m) * exp(m - M) = exp(a - M), so rescaling to the larger max is exact
+# algebra; associative and commutative (Milakov and Gimelshein, "Online normalizer calculation for softmax", 2018)
+declare_laws(LOG_SUM_EXP, IDENTITY, Laws(True, True))
+# field 0 is the larger max; at equal maxima the sums add; (m, 0) combined with (x, 1) for x <= m has sum
+# exp(x - m), 1 where x == m: tiles fold as their max, then the sum of the shares
+LIFT = _operator(_log_sum_exp_lift, "the log-sum-exp lift")
+declare_share(LIFT, LOG_SUM_EXP, IDENTITY, _operator(_log_sum_exp_share, "the log-sum-exp share"))
+SOFTMAX_DENOMINATORS = _operator(_denominators, "softmax_denominators' last map")
