@@ -9,9 +9,12 @@ import torch
 import torch.nn.functional as F
 
 import tricomb as tc
+from hypothesis import given, note
+from hypothesis import strategies as st
 from tricomb.testing import assert_matches_torch, schedule_overrides
+from tricomb.testing.strategies import laid_out, shapes, tensors
 
-from conftest import one_launch
+from conftest import DEVICES, one_launch
 
 inf, nan = math.inf, math.nan
 L = tc.library
@@ -74,6 +77,50 @@ def test_library_functions_are_torch_functions(dtype, plan, device):
             got = one_launch(pipe, *inputs)
             assert got.dtype == dtype and got.shape == want.shape, (str(pipe), got.dtype)
             torch.testing.assert_close(got.cpu(), want.to(dtype).cpu(), rtol=tol, atol=tol)
+
+
+def _attach_pipelines(axis):
+    """The attach pipelines the property test draws from, over ``axis``: softmax written both ways, log_softmax,
+    a norm with a weight, a reduce after an attach, a centred mean of magnitudes."""
+    return [
+        tc.attach(tc.max(axis=axis)) >> tc.map(lambda v, m: tc.exp(v - m)) >> tc.attach(tc.sum(axis=axis))
+        >> tc.map(lambda e, s: e / s),
+        tc.attach(L.softmax_denominators(axis=axis)) >> tc.map(lambda v, m, s: tc.exp(v - m) / s),
+        L.log_softmax(axis=axis),
+        tc.attach(tc.map(tc.square) >> tc.mean(axis=axis)) >> tc.map(lambda v, ms: v * tc.rsqrt(ms + 1e-3)),
+        tc.attach(tc.max(axis=axis)) >> tc.map(lambda v, m: tc.exp(v - m)) >> tc.sum(axis=axis),
+        tc.map(tc.abs) >> tc.attach(tc.mean(axis=axis)) >> tc.map(lambda v, m: v - m),
+    ]
+
+
+@st.composite
+def attach_cases(draw):
+    shape = draw(shapes(max_rank=3, max_side=19, allow_empty=True))
+    rank = len(shape)
+    axis = draw(st.sampled_from([None] + list(range(-rank, rank)) + ([(0, rank - 1)] if rank >= 2 else [])))
+    dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.float16]))
+    x = draw(laid_out(draw(tensors(shape, dtype))))
+    pipe = draw(st.sampled_from(_attach_pipelines(axis)))
+    plan = draw(st.sampled_from(PLANS))
+    return pipe, x, plan
+
+
+@given(attach_cases())
+def test_random_attach_pipelines_match_torch(case):
+    """Shapes of rank 0 to 3 (length-1, non-power-of-2 and empty sides), any axis or axes, float dtypes, NaN
+    and infinities, every layout, both plans: the kernel equals the pipeline's torch meaning."""
+    pipe, x, plan = case
+    note(f"{pipe} on {tuple(x.shape)} {x.dtype} strides {x.stride()}, plan {plan}")
+    for device in DEVICES:
+        try:
+            from tricomb.pipeline.evaluate import evaluate
+            evaluate(pipe.ir, [x])
+        except RuntimeError:  # torch refuses (a max over an empty axis): so must tricomb
+            with pytest.raises(tc.TricombError):
+                pipe(x.to(device))
+            continue
+        with schedule_overrides(**plan):
+            assert_matches_torch(pipe, x.to(device))
 
 
 @pytest.mark.parametrize("plan", PLANS, ids=PLAN_IDS)
