@@ -276,6 +276,34 @@ def test_what_attach_refuses(build, match):
         build()
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device with about 3 GB free")
+def test_offsets_past_two_to_the_31_along_the_row():
+    """A row whose elements lie 2**30 bytes apart: its offsets pass int32 in both plans."""
+    step = 1 << 30
+    base = torch.zeros(2 * step + 8, dtype=torch.uint8, device="cuda")
+    base[step + 2] = 7
+    x = base.as_strided((3, 4), (step, 1))
+    pipe = tc.attach(tc.max(axis=0)) >> tc.map(lambda v, m: m)
+    for plan in PLANS:
+        with schedule_overrides(**plan):
+            assert torch.equal(pipe(x).cpu(), x.amax(0, keepdim=True).expand(3, 4).cpu())
+
+
+def test_streams_that_do_not_span_the_inputs_are_refused():
+    """A field computed from only a later input keeps that input's shape in torch's meaning: after an attach it
+    cannot be a result of the stream's shape, and a fold over the broadcast would count it more than once."""
+    x, y = torch.rand(4, 6) + 1, torch.ones(6)
+    only_y = tc.attach(tc.sum(axis=-1)) >> tc.zip_with(lambda v, s, y: y * 2)
+    with pytest.raises(tc.UnsupportedError, match=r"result field 0 has shape \(6,\), not the stream's \(4, 6\)"):
+        only_y(x, y)
+    for pipe in (tc.attach(tc.sum()) >> tc.zip_with(lambda v, s, y: y) >> tc.sum(), tc.zip_with(lambda x, y: y) >> tc.sum()):
+        with pytest.raises(tc.UnsupportedError, match=r"stream entering this reduce has shape \(6,\), smaller than"):
+            pipe(x, y)
+    spans = tc.zip_with(lambda x, y: (x, y)) >> tc.attach(tc.zip_with(tc.mul) >> tc.sum(axis=-1))
+    assert_matches_torch(spans, torch.randn(4, 1), torch.randn(1, 6))
+
+
 def test_inputs_and_axes_that_do_not_fit_are_refused_before_launch():
     x = torch.randn(4, 1)
     grows = tc.attach(tc.sum(axis=-1)) >> tc.zip_with(lambda v, s, y: v / s + y)

@@ -123,6 +123,8 @@ def row_results(w: Writer, ctx: ScalarContext, p: KernelPlan, n: int, totals: li
 def _tile(w: Writer, p: KernelPlan, rows: dict, reduced: list[int], ks: str) -> dict:
     """The offsets and mask of the tile at positions ``ks`` along the row; returns every slot's address."""
     w.line(f"ks = {ks}")
+    with w.block("if WIDE:"):
+        w.line("ks = ks.to(tl.int64)", comment="offsets along the row may pass 2**31 - 1 too")
     w.line("mask = row_mask[:, None] & (ks < K)[None, :]")
     offsets = emit_offsets(w, "ks", reduced, p.slots, "k")
     if uses_position(p):

@@ -325,7 +325,9 @@ def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Fie
     fields = result_fields(pipeline, tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in tensors),
                            torch.get_default_dtype())
     final = then or stage
-    _check_field_shapes(pipeline, fields, out_shape(torch.Size(shape), final, axes), final)
+    _check_folded_streams(pipeline, tensors, shape)
+    attached = any(isinstance(s, Attach) for s in pipeline.stages)
+    _check_field_shapes(pipeline, fields, out_shape(torch.Size(shape), final, axes), final, attached)
     outs = check_out(out, fields, tensors) if out is not None else \
         [torch.empty_strided(f.shape, f.stride, dtype=f.dtype, device="meta") for f in fields]
     strides = [iteration_strides(t, shape, a, then if lt else stage, axes) for t, a, lt in zip(tensors, after, late)]
@@ -365,9 +367,35 @@ def _order_stage(folded: list[Reduce | Scan]) -> Reduce | Scan | None:
     return (ordered or folded or [None])[0]
 
 
-def _check_field_shapes(pipeline: PipelineIR, fields: tuple[Field, ...], stream: tuple[int, ...], stage) -> None:
-    """After a reduce or scan every field has the stream's shape (a field that bypasses the combine, such as an
-    input passed through unchanged, is not compiled yet)."""
+def _check_folded_streams(pipeline: PipelineIR, tensors: tuple, shape: tuple[int, ...]) -> None:
+    """The stream entering each reduce, scan or attach spans the iteration space ``shape``, over which the kernel
+    folds: a stream computed from only some of the inputs (``zip_with (x, y) -> y``, y smaller than x) is
+    smaller in torch's meaning, and folding it over the broadcast would count its elements more than once."""
+    owners = input_stages(pipeline)
+    for at, stage in enumerate(pipeline.stages):
+        if at == 0 or not isinstance(stage, (Reduce, Scan, Attach)):
+            continue
+        metas = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t, owner in zip(tensors, owners) if owner < at]
+        entering = torch.broadcast_shapes(*(f.shape for f in evaluate_fields(PipelineIR(pipeline.stages[:at]), metas)))
+        if tuple(entering) != tuple(shape):
+            raise UnsupportedError(f"the stream entering this {_STAGE_NAMES[type(stage)]} has shape "
+                                   f"{tuple(entering)}, smaller than its inputs' broadcast {tuple(shape)} (a field "
+                                   "computed from only some of the inputs keeps their shape, as in torch); the kernel "
+                                   "folds the broadcast. Broadcast it in the function (where(x == x, y, y)), or "
+                                   "fold it in a separate pipeline", stage.location)
+
+
+def _check_field_shapes(pipeline: PipelineIR, fields: tuple[Field, ...], stream: tuple[int, ...], stage,
+                        attached: bool = False) -> None:
+    """After a reduce, scan or attach every field has the stream's shape (a field that bypasses the combine, such
+    as an input passed through unchanged, is not compiled yet)."""
+    if stage is None and attached:
+        for k, f in enumerate(fields):
+            if f.shape != stream:
+                raise UnsupportedError(f"result field {k} has shape {f.shape}, not the stream's {stream}: after an "
+                                       "attach every result has the stream's shape. Compute a field of only a later "
+                                       "input in a separate pipeline", pipeline.stages[-1].location)
+        return
     if stage is None:
         if math.prod(stream) == 0 and any(math.prod(f.shape) for f in fields):
             raise UnsupportedError("the inputs broadcast to an empty shape, but a result field computed from only "

@@ -103,6 +103,18 @@ def _order_dependent(stage, value: torch.Tensor, summed_scale: torch.Tensor, com
         (_fold_as_sum(stage, log.clamp(max=0)) < math.log(info.tiny))
 
 
+def _cancelled(stage, value: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, compute: torch.dtype) -> torch.Tensor:
+    """Where a float sum (or mean) cancels to within its rounding error of zero: its sign, and so what a later
+    log, sqrt or division makes of it (NaN, -inf or a number), is decided by the order of combination, which the
+    kernel's tiles choose (``map gelu | mean | map log`` of values summing to about 0)."""
+    spec = operator_spec(stage.op)
+    if not (value.is_floating_point() and spec is not None and spec.name == "add"):
+        return torch.zeros((), dtype=torch.bool)
+    length = _length(stage, x, value) if value.numel() else 1
+    bound = torch.finfo(compute).eps * (16.0 + 4.0 * math.sqrt(length)) * scale
+    return value.abs() < bound  # (a sum of zeros, of no error, is exact)
+
+
 def _meets_non_finite(stage, xs: list[torch.Tensor]) -> torch.Tensor:
     """Where a user operator combines an infinity or NaN into the result. Its associativity is checked on finite
     numbers only: with an infinity, one grouping can multiply it by zero and another not (a linear recurrence
@@ -244,7 +256,8 @@ def _combine(stage, xs: list, scales: list, loose: list, compute: torch.dtype, r
         summed = _fold_as_sum(stage, scales[0])
         scale = torch.maximum(_magnitude(_combine_scale(stage, combined[0], xs[0], scales[0])),
                               _magnitude(combined[0]))
-        loose = spread | _order_dependent(stage, xs[0], summed, compute) | _meets_non_finite(stage, xs)
+        loose = spread | _order_dependent(stage, xs[0], summed, compute) | _meets_non_finite(stage, xs) | \
+            _cancelled(stage, combined[0], scale, xs[0], compute)
         # (cummax/cummin add a field: the positions, exact)
         return combined, [scale] + [torch.zeros(scale.shape)] * (len(combined) - 1), [loose] * len(combined)
     bound = functools.reduce(torch.maximum, [_fold_as_sum(stage, s) for s in scales])
