@@ -325,7 +325,7 @@ def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Fie
     fields = result_fields(pipeline, tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in tensors),
                            torch.get_default_dtype())
     final = then or stage
-    _check_folded_streams(pipeline, tensors, shape)
+    _check_folded_streams(pipeline, tuple((tuple(t.shape), t.dtype) for t in tensors), tuple(shape))
     attached = any(isinstance(s, Attach) for s in pipeline.stages)
     _check_field_shapes(pipeline, fields, out_shape(torch.Size(shape), final, axes), final, attached)
     outs = check_out(out, fields, tensors) if out is not None else \
@@ -367,15 +367,20 @@ def _order_stage(folded: list[Reduce | Scan]) -> Reduce | Scan | None:
     return (ordered or folded or [None])[0]
 
 
-def _check_folded_streams(pipeline: PipelineIR, tensors: tuple, shape: tuple[int, ...]) -> None:
+@functools.lru_cache(maxsize=4096)
+def _check_folded_streams(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], torch.dtype], ...],
+                          shape: tuple[int, ...]) -> None:
     """The stream entering each reduce, scan or attach spans the iteration space ``shape``, over which the kernel
     folds: a stream computed from only some of the inputs (``zip_with (x, y) -> y``, y smaller than x) is
-    smaller in torch's meaning, and folding it over the broadcast would count its elements more than once."""
+    smaller in torch's meaning, and folding it over the broadcast would count its elements more than once.
+    ``inputs``: each input's shape and dtype. (Cached as :func:`result_fields` is: a repeated call runs no torch
+    op.)"""
     owners = input_stages(pipeline)
     for at, stage in enumerate(pipeline.stages):
         if at == 0 or not isinstance(stage, (Reduce, Scan, Attach)):
             continue
-        metas = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t, owner in zip(tensors, owners) if owner < at]
+        metas = [torch.empty(size, dtype=dtype, device="meta") for (size, dtype), owner in zip(inputs, owners)
+                 if owner < at]
         entering = torch.broadcast_shapes(*(f.shape for f in evaluate_fields(PipelineIR(pipeline.stages[:at]), metas)))
         if tuple(entering) != tuple(shape):
             raise UnsupportedError(f"the stream entering this {_STAGE_NAMES[type(stage)]} has shape "
