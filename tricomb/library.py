@@ -7,7 +7,6 @@ while a Welford merge is associative only for counts that are not negative.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import numbers
@@ -16,7 +15,7 @@ from . import api
 from .errors import ArgumentError, caller_location
 from .pipeline import online
 from .pipeline.operators import Laws, declare_laws
-from .scalar.trace import BUILTINS, to_function
+from .scalar.trace import BUILTINS
 
 def _arguments_named(fn):
     """A library function whose wrong arguments (torch's ``dim``, a missing or extra one) raise ArgumentError at
@@ -44,10 +43,8 @@ def _arguments_named(fn):
 __all__ = ["linear_recurrence", "ema", "softmax_denominators", "logsumexp", "softmax", "log_softmax", "layer_norm",
            "rms_norm", "var", "std", "norm"]
 
-exp, log, sqrt, rsqrt, abs_, where, maximum = (BUILTINS[n] for n in ("exp", "log", "sqrt", "rsqrt", "abs", "where",
-                                                                     "maximum"))
+exp, log, sqrt, rsqrt, abs_, where = (BUILTINS[n] for n in ("exp", "log", "sqrt", "rsqrt", "abs", "where"))
 _INF = float("inf")
-_NAN = float("nan")
 # A constant field is written where(x == x, c, x): c in x's dtype and shape, and NaN where x is NaN (x * 0.0 + c
 # would also be NaN for an infinite x).
 
@@ -65,13 +62,8 @@ def _welford(n1, mean1, m2_1, n2, mean2, m2_2):
     return n, mean1 + delta * share, m2_1 + m2_2 + delta * (delta * (n1 * share))
 
 
-def _operator(fn, role: str):
-    """The operator's Function, printed as a lambda (so ``str(pipe)`` of a library pipeline parses back)."""
-    return dataclasses.replace(to_function(fn, role=role), name="<lambda>")
-
-
-LINEAR = _operator(_linear, "the linear recurrence operator")
-WELFORD = _operator(_welford, "the Welford merge")
+LINEAR = online.as_lambda(_linear, "the linear recurrence operator")
+WELFORD = online.as_lambda(_welford, "the Welford merge")
 # (v, d) pairs compose affine maps h -> d * h + v: associative, not commutative (Blelloch 1990, section 1.4)
 declare_laws(LINEAR, (0.0, 1.0), Laws(True, False))
 # Chan, Golub and LeVeque, "Algorithms for computing the sample variance", 1983: the pairwise merge of

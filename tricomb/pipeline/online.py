@@ -38,17 +38,17 @@ def _denominators(m, s):
     return m, where(abs_(m) == _INF, where(s == 0.0, s, _NAN), s)
 
 
-def _operator(fn, role: str):
-    """The Function, printed as a lambda (so ``str(pipe)`` of a pipeline using it parses back)."""
+def as_lambda(fn, role: str):
+    """``fn`` traced to a Function printed as a lambda (so ``str(pipe)`` of a pipeline using it parses back)."""
     return dataclasses.replace(to_function(fn, role=role), name="<lambda>")
 
 
-LOG_SUM_EXP = _operator(_log_sum_exp, "the log-sum-exp operator")
+LOG_SUM_EXP = as_lambda(_log_sum_exp, "the log-sum-exp operator")
 # (max, sum of exp(x - max)): exp(a - m) * exp(m - M) = exp(a - M), so rescaling to the larger max is exact
 # algebra; associative and commutative (Milakov and Gimelshein, "Online normalizer calculation for softmax", 2018)
 declare_laws(LOG_SUM_EXP, IDENTITY, Laws(True, True))
 # field 0 is the larger max; at equal maxima the sums add; (m, 0) combined with (x, 1) for x <= m has sum
 # exp(x - m), 1 where x == m: tiles fold as their max, then the sum of the shares
-LIFT = _operator(_log_sum_exp_lift, "the log-sum-exp lift")
-declare_share(LIFT, LOG_SUM_EXP, IDENTITY, _operator(_log_sum_exp_share, "the log-sum-exp share"))
-SOFTMAX_DENOMINATORS = _operator(_denominators, "softmax_denominators' last map")
+LIFT = as_lambda(_log_sum_exp_lift, "the log-sum-exp lift")
+declare_share(LIFT, LOG_SUM_EXP, IDENTITY, as_lambda(_log_sum_exp_share, "the log-sum-exp share"))
+SOFTMAX_DENOMINATORS = as_lambda(_denominators, "softmax_denominators' last map")
