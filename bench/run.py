@@ -81,14 +81,24 @@ def _cases() -> list[Case]:
 
 
 def _liger(name: str):
-    """Liger-Kernel's forward of ``name`` (softmax, rms_norm, layer_norm), or None where it is not installed."""
+    """Liger-Kernel's forward of ``name`` (softmax, rms_norm, layer_norm, cross_entropy), or None where it is not
+    installed."""
     try:
-        from liger_kernel.ops import layer_norm, rms_norm, softmax
+        from liger_kernel.ops import cross_entropy, layer_norm, rms_norm, softmax
     except ImportError:
         return None
-    return {"softmax": lambda x: softmax.LigerSoftmaxFunction.apply(x),
+    return {"cross_entropy": lambda x, t: cross_entropy.cross_entropy_forward(  # the loss only: x needs no grad
+                x, t[:, 0], None, -100, 0.0, 0.0, "none", None, False)[0],
+            "softmax": lambda x: softmax.LigerSoftmaxFunction.apply(x),
             "rms_norm": lambda x, w: rms_norm.LigerRMSNormFunction.apply(x, w, 1e-6),
             "layer_norm": lambda x, w, b: layer_norm.LigerLayerNormFunction.apply(x, w, b, 1e-5)}[name]
+
+
+def _cross_entropy_inputs() -> list[torch.Tensor]:
+    """Llama 3's vocabulary (128256) over 8192 tokens, the targets with the class axis kept ((N, 1))."""
+    t = torch.randint(0, 128256, (8192, 1), device="cuda")
+    t[::97] = -100
+    return [_randn(8192, 128256, dtype=torch.bfloat16), t]
 
 
 def _peers(name: str) -> dict:
@@ -118,6 +128,11 @@ def _attach_cases() -> list[Case]:
         Case("N4", "LayerNorm rows with weight and bias", lambda: [_randn(32768, 8192), _randn(8192), _randn(8192)],
              lambda: tc.library.layer_norm(), lambda x, w, b: F.layer_norm(x, (8192,), w, b), _peers("layer_norm"),
              ">= 1.0x compile and Liger"),
+        Case("N5", "cross-entropy per row, bf16 logits, 1% of targets ignored (tc.library.cross_entropy)",
+             _cross_entropy_inputs, lambda: tc.library.cross_entropy(reduction="none"),
+             lambda x, t: F.cross_entropy(x, t[:, 0], reduction="none"), _peers("cross_entropy"),
+             ">= 1.0x Liger's forward",
+             lambda x, t: F.cross_entropy(x.float(), t[:, 0], reduction="none").to(torch.bfloat16)),
         Case("N6", "two-pass softmax written by the user", lambda: [_randn(32768, 8192)], _two_pass_softmax,
              lambda x: torch.softmax(x, -1), {"tc.library.softmax": tc.library.softmax()},
              "within 10% of N1"),

@@ -12,6 +12,7 @@ import tricomb as tc
 from hypothesis import given, note
 from hypothesis import strategies as st
 from tricomb.testing import assert_matches_torch, schedule_overrides
+from tricomb.pipeline.evaluate import evaluate
 from tricomb.testing.strategies import laid_out, shapes, tensors
 
 from conftest import DEVICES, one_launch
@@ -77,6 +78,99 @@ def test_library_functions_are_torch_functions(dtype, plan, device):
             got = one_launch(pipe, *inputs)
             assert got.dtype == dtype and got.shape == want.shape, (str(pipe), got.dtype)
             torch.testing.assert_close(got.cpu(), want.to(dtype).cpu(), rtol=tol, atol=tol)
+
+
+def _targets(n: int, classes: int, device) -> torch.Tensor:
+    """Class targets, one ignored (torch's -100) where there are two rows or more."""
+    t = torch.randint(0, max(classes, 1), (n,))
+    if n >= 2:
+        t[1] = -100
+    return t.to(device)
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=PLAN_IDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("smoothing", [0.0, 0.25])
+@pytest.mark.parametrize("shape", [(6, 37), (3, 1), (1, 300), (0, 5), (2, 5, 3)], ids=str)
+def test_cross_entropy_is_torch_cross_entropy(shape, smoothing, dtype, plan, device):
+    """Per row, with ignored targets, label smoothing, the class axis 1 of (N, C, d) logits, NaN, infinities
+    and a row of only -inf, in one launch: F.cross_entropy(reduction="none") in value, dtype and shape."""
+    x = (torch.randn(shape) * 3).to(dtype)
+    if shape[0] >= 3 and shape[1] >= 2:
+        x[0, 0], x[2] = math.inf, -math.inf
+    x = x.to(device)
+    t = _targets(shape[0], shape[1], device)
+    if len(shape) == 3:
+        t = t[:, None].expand(shape[0], shape[2]).contiguous()
+    pipe = L.cross_entropy(reduction="none", label_smoothing=smoothing)
+    want = F.cross_entropy(x.cpu().double(), t.cpu(), reduction="none", label_smoothing=smoothing)
+    with schedule_overrides(**plan):
+        got = one_launch(pipe, x, t[:, None]) if x.numel() else pipe(x, t[:, None])
+    tol = {torch.bfloat16: 2e-2, torch.float32: 2e-5, torch.float64: 1e-10}[dtype]
+    assert got.dtype == dtype and got.shape == want.shape
+    torch.testing.assert_close(got.cpu().double(), want, rtol=tol, atol=tol, equal_nan=True)
+
+
+ONE_HOT = [
+    "attach logsumexp(axis=-1) | zip_with (v, lse, t) -> where(index(-1) == t, lse - v, 0) | sum(axis=-1)",
+    "attach max(axis=-1) | zip_with (v, m, t) -> where(t == index(-1), exp(v - m), 0.0) | sum(axis=-1)",
+    "attach sum(axis=-1) | map (v, s) -> where(index(-1) == index(-2), v / s, 0) | sum(axis=-1)",
+]
+NOT_ONE_HOT = [
+    "attach max(axis=-1) | zip_with (v, m, t) -> where(index(-1) == t, v - m, 1) | sum(axis=-1)",
+    "attach max(axis=-1) | map (v, m) -> where(index(-1) == v, v - m, 0) | sum(axis=-1)",
+    "attach max(axis=-1) | zip_with (v, m, t) -> where(index(-1) == t, v - m, 0) | max(axis=-1)",
+    "attach max(axis=-1) | map (v, m) -> (v - m, m) | zip_with (d, m, t) -> where(index(-1) == t, d, 0) | sum(axis=-1)",
+]
+
+
+@pytest.mark.parametrize("text", ONE_HOT + NOT_ONE_HOT)
+def test_a_sum_of_one_position_a_row_reads_that_element_alone(text, device):
+    """A reduce after attaches that sums terms 0 but at one position a row, the position known per row (a target,
+    the diagonal), reads that element after the attached folds instead of sweeping again (one loop, not two); a
+    term not 0 elsewhere, a position read from the element, another operator, or a stream remade between the
+    attach and the term sweep again. Either way: torch's values, targets out of the row included."""
+    x = torch.randn(6, 40).to(device)
+    t = torch.tensor([[3], [39], [0], [40], [-1], [17]]).to(device)
+    pipe = tc.parse(text)
+    inputs = (x, t) if "zip_with" in text else (x,)
+    with schedule_overrides(BLOCK_K=8, BLOCK_M=2):
+        source = pipe.source(*inputs)
+        assert ("read that element alone" in source) == (text in ONE_HOT)
+        assert source.count("for k0 in range(") == (1 if text in ONE_HOT else 2)
+        assert_matches_torch(pipe, *inputs)
+        want = evaluate(pipe.ir, [i.cpu() for i in inputs])  # a sum of zeros is exactly 0, at any tolerance
+        torch.testing.assert_close(pipe(*inputs).cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_cross_entropy_reads_a_long_row_once():
+    x, t = torch.randn(4, 300), torch.randint(0, 300, (4, 1))
+    with schedule_overrides(BLOCK_K=64):
+        source = L.cross_entropy(reduction="none").source(x, t)
+    assert "read that element alone" in source and source.count("for k0 in range(") == 1
+
+
+def test_cross_entropy_of_a_target_out_of_range_is_nan(device):
+    """torch raises for a target outside [0, C) that is not ignore_index; a kernel cannot, so its row is NaN,
+    never a silent number."""
+    x, t = torch.randn(4, 6).to(device), torch.tensor([[0], [6], [-1], [-100]]).to(device)
+    got = L.cross_entropy(reduction="none")(x, t)
+    assert got[1].isnan() and got[2].isnan() and got[3] == 0 and not got[0].isnan()
+    assert L.cross_entropy(reduction="none", ignore_index=-1)(x, t)[2] == 0
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: L.cross_entropy(), "reduction='mean'"),
+    (lambda: L.cross_entropy(reduction="sum"), "reduction='sum'"),
+    (lambda: L.cross_entropy(reduction="avg"), "one of 'none', 'mean', 'sum'"),
+    (lambda: L.cross_entropy(reduction="none", label_smoothing=1.5), r"in \[0, 1\]"),
+    (lambda: L.cross_entropy(reduction="none", ignore_index=0.5), "ignore_index must be an int"),
+    (lambda: L.cross_entropy(reduction="none", axis=None), "axis must be an int"),
+    (lambda: L.cross_entropy(reduction="none", weight=True), "takes ignore_index"),
+])
+def test_what_cross_entropy_refuses(build, match):
+    with pytest.raises(tc.TricombError, match=match):
+        build()
 
 
 def _attach_pipelines(axis):

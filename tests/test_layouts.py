@@ -36,3 +36,26 @@ def test_out_keeps_the_layout_it_was_given(device):
     got = tc.map(tc.exp)(x, out=out)
     assert got is out and out.stride() == (3, 1)
     assert_matches_torch(tc.map(tc.exp), x, result=got, check_layout=False)
+
+
+ROW_TILES = [{}, {"BLOCK_K": 4, "BLOCK_M": 2}]  # the schedule's tiles, and rows in several tiles of 4
+
+
+def test_inputs_constant_along_the_row_are_read_as_columns(device):
+    """An input broadcast along the folded axes (a (B, 1) scale, a (B, 1, D) one folded over axis 1) is loaded
+    once a row, in every plan that folds rows: the values are torch's, and one with a stride along the row (or
+    rows of no element) is read per element as before."""
+    from tricomb.testing import schedule_overrides
+    x = torch.randn(6, 9, device=device)
+    scale, three = torch.randn(6, 1, device=device), torch.randn(2, 5, 3, device=device)
+    cases = [(tc.zip_with(tc.mul) >> tc.sum(axis=-1), (x, scale)),
+             (tc.zip_with(tc.mul) >> tc.cumsum(axis=-1), (x, scale)),
+             (tc.cumsum(axis=-1) >> tc.zip_with(tc.mul), (x, scale)),
+             (tc.attach(tc.max(axis=-1)) >> tc.zip_with(lambda v, m, s: (v - m) * s), (x, scale)),
+             (tc.zip_with(tc.mul) >> tc.max(axis=1), (three, three[:, :1])),
+             (tc.zip_with(tc.mul) >> tc.sum(axis=-1), (x, x[:, :1].expand(6, 9))),
+             (tc.zip_with(tc.mul) >> tc.sum(axis=-1), (x[:, :0], scale))]
+    for tiles in ROW_TILES:
+        with schedule_overrides(**tiles):
+            for pipe, args in cases:
+                assert_matches_torch(pipe, *args)

@@ -12,7 +12,7 @@ import inspect
 import numbers
 
 from . import api
-from .errors import ArgumentError, caller_location
+from .errors import ArgumentError, UnsupportedError, caller_location
 from .pipeline import online
 from .pipeline.operators import Laws, declare_laws
 from .scalar.trace import BUILTINS
@@ -41,10 +41,11 @@ def _arguments_named(fn):
 
 
 __all__ = ["linear_recurrence", "ema", "softmax_denominators", "logsumexp", "softmax", "log_softmax", "layer_norm",
-           "rms_norm", "var", "std", "norm"]
+           "rms_norm", "cross_entropy", "var", "std", "norm"]
 
 exp, log, sqrt, rsqrt, abs_, where = (BUILTINS[n] for n in ("exp", "log", "sqrt", "rsqrt", "abs", "where"))
 _INF = float("inf")
+_NAN = float("nan")
 # A constant field is written where(x == x, c, x): c in x's dtype and shape, and NaN where x is NaN (x * 0.0 + c
 # would also be NaN for an infinite x).
 
@@ -132,6 +133,80 @@ def log_softmax(axis=-1) -> api.Pipeline:
     as its)."""
     return (api.attach(api.max(axis=axis)) >> api.map(lambda v, m: (v - m, exp(v - m)))
             >> api.attach(api.map(lambda d, e: e) >> api.sum(axis=axis)) >> api.map(lambda d, e, s: d - log(s)))
+
+
+_REDUCTIONS = ("none", "mean", "sum")
+_SUMS = online.as_lambda(lambda a, h, b, k: (a + b, h + k), "the sum of pairs")
+declare_laws(_SUMS, (0.0, 0.0), Laws(True, True))  # addition field by field: a sum, as torch.sum's
+
+
+def _class_axis(axis) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise ArgumentError(f"cross_entropy's axis must be an int (the class axis: 1, as torch's, for (N, C, ...) "
+                            f"logits; -1 or 0 for a single row (C,)), got {axis!r}", caller_location())
+    return axis
+
+
+@_arguments_named
+def cross_entropy(ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                  axis: int = 1) -> api.Pipeline:
+    """torch.nn.functional.cross_entropy with class-index targets, per row: ``lse - (1 - ε) x[t] - ε mean(x)``
+    with ``lse`` the row's logsumexp along the class ``axis`` and ``ε`` the ``label_smoothing`` (Szegedy et al.,
+    "Rethinking the Inception Architecture", 2016, as torch defines it); 0 where the target is
+    ``ignore_index``. Inputs: logits ``(N, C, ...)``, float; targets, integer class indices with the class axis
+    kept at size 1 (``target[:, None]`` for ``(N,)`` targets: a view, no copy). One kernel: the softmax denominators
+    attached (and for ``ε > 0`` the mean), then the row's one term, at ``index(axis) == t``, summed; a row too
+    long for one tile is read once and then at the target alone, as Liger-Kernel's forward reads it.
+    The result has the targets' shape without the class axis, in the logits' dtype (half types computed in
+    float32). A target out of ``[0, C)`` that is not ``ignore_index`` gives NaN for its row (torch raises; a
+    kernel cannot, and a silent 0 would hide it).
+
+    ``reduction="none"`` only, for now: the mean and sum over rows need a reduce of the rows' losses after the
+    per-row one, which one kernel does not do yet; take ``reduction="none"`` and its ``.sum()``, or for the mean
+    ``.sum() / (target != ignore_index).sum()``. Raises :class:`~tricomb.ArgumentError` for an unknown reduction,
+    a smoothing outside [0, 1] or an axis or ignore_index that is not an int, and
+    :class:`~tricomb.UnsupportedError` for ``"mean"`` and ``"sum"``."""
+    if reduction not in _REDUCTIONS:
+        raise ArgumentError(f"cross_entropy's reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, as "
+                            f"torch's, got {reduction!r}", caller_location())
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise ArgumentError(f"cross_entropy's ignore_index must be an int, got {ignore_index!r}", caller_location())
+    smoothing = _float(label_smoothing) if isinstance(label_smoothing, numbers.Real) and \
+        not isinstance(label_smoothing, bool) else None
+    if smoothing is None or not 0.0 <= smoothing <= 1.0:
+        raise ArgumentError(f"cross_entropy's label_smoothing must be a number in [0, 1], as torch's, got "
+                            f"{label_smoothing!r}", caller_location())
+    axis = _class_axis(axis)
+    if reduction != "none":
+        raise UnsupportedError(f"cross_entropy(reduction={reduction!r}) needs a reduce over the rows after the "
+                               "per-row one, which one kernel does not do yet: take reduction='none', then its "
+                               ".sum(), or .sum() / (target != ignore_index).sum() for torch's mean",
+                               caller_location())
+    return _cross_entropy_rows(ignore_index, smoothing, axis)
+
+
+def _cross_entropy_rows(ignore_index: int, smoothing: float, axis: int) -> api.Pipeline:
+    """Each row's loss: the softmax denominators ``(m, s)`` attached (and with smoothing the row's mean), then
+    per element its term at the row's one position ``p`` (the target, or 0 on an ignored row) and a hit (1, or
+    -1 on an ignored row), summed. ``log(s) - (x - m)`` is torch's ``-log_softmax``, NaN where a row holds NaN or
+    ``+inf``, or only ``-inf``, as torch's. The sums are of one position a row, so the planner reads a long row
+    once and that element alone after it (:func:`~tricomb.lower.derive.one_hot`)."""
+    index = BUILTINS["index"]
+    kept = 1.0 - smoothing
+
+    def terms(v, m, s, *mean_and_target):
+        *mean, t = mean_and_target
+        ignored = t == ignore_index
+        at = index(axis) == where(ignored, 0, t)
+        loss = log(s) - kept * (v - m) - smoothing * (mean[0] - m) if mean else log(s) - (v - m)
+        return where(at, where(ignored, 0.0, loss), 0.0), where(at, where(ignored, -1.0, 1.0), 0.0)
+
+    stream = api.attach(softmax_denominators(axis=axis))
+    if smoothing > 0.0:
+        stream = stream >> api.attach(api.map(lambda v, m, s: v) >> api.mean(axis=axis))
+    per_element = online.as_lambda(online.taking(terms, 4 if smoothing == 0.0 else 5), "cross_entropy's terms")
+    return (stream >> api.zip_with(per_element) >> api.reduce(_SUMS, axis=axis, identity=(0.0, 0.0))
+            >> api.map(lambda loss, hits: where(hits == 0.0, _NAN, loss)))
 
 
 def _eps(eps, name: str) -> float:

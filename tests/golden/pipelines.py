@@ -43,6 +43,8 @@ def _cases():
                                       "map (e, s) -> e / s"), (f32,)),
         "softmax": (tc.library.softmax(), (f32,)),
         "rms_norm_half": (tc.library.rms_norm(), (f32.half(), torch.ones(128).half())),
+        "cross_entropy_bf16": (tc.library.cross_entropy(reduction="none"),
+                               (f32.bfloat16(), torch.zeros(f32.shape[0], 1, dtype=torch.int64))),
     }
 
 

@@ -12,14 +12,18 @@ The plan's segments are walked once per pass over a row's elements (:class:`_Pas
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
+
 from ..lower.fuse import KernelPlan
 from ..lower.segments import Attach, Elementwise, Store, TileReduce
 from ..pipeline.printer import stage_text
 from .combine import accumulate, after_fold, row_totals, split_groups, start_accumulators, tile_address
 from .fold import masked_fields, reduce_tile
-from .kernel import POSITION, emit_loads, emit_offsets, emit_stages, fields, first_stream, program_ids, store, \
-    uses_position
-from .scalar import ScalarContext, Value
+from .kernel import (POSITION, emit_coordinates, emit_loads, emit_offsets, emit_stages, fields, first_stream,
+                     program_ids, row_slots, store, uses_position)
+from .scalar import ScalarContext, Value, emit_function
 from .writer import Writer
 
 TILE = "[BLOCK_M, BLOCK_K]"
@@ -33,9 +37,9 @@ class _Pass:
     and a fold not in order folds the row at once into ``totals``."""
 
     def __init__(self, w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], address: dict,
-                 results: dict[int, list[Value]], accs: dict[int, list[str]], whole: bool):
+                 results: dict[int, list[Value]], accs: dict[int, list[str]], whole: bool, tile: str = TILE):
         self.w, self.ctx, self.p, self.combines, self.address = w, ctx, p, combines, address
-        self.results, self.accs, self.whole = results, accs, whole
+        self.results, self.accs, self.whole, self.tile = results, accs, whole, tile
         self.totals: dict[int, list[str]] = {}
         self.values: dict[str, Value] = {}
 
@@ -46,7 +50,7 @@ class _Pass:
         attached: list[Value] = []  # the attached pipeline's stream, entering its reduce
         for segment in p.segments:
             if isinstance(segment, Elementwise) and segment.within is None:
-                stream = emit_stages(w, self.ctx, p, segment, stream, self.values, TILE)
+                stream = emit_stages(w, self.ctx, p, segment, stream, self.values, self.tile)
             elif isinstance(segment, Elementwise):
                 n = self._fold_of(segment)
                 if p.segments.index(segment) < p.segments.index(p.folds[n]) and (self.whole or n == until):
@@ -71,7 +75,8 @@ class _Pass:
 
     def _load(self, phase: int) -> None:
         """The inputs of ``phase`` (:class:`~tricomb.lower.segments.Slot`), at this tile's addresses."""
-        self.values.update(emit_loads(self.w, self.ctx, self.p, self.p.joining(phase), self.address, "mask"))
+        self.values.update(emit_loads(self.w, self.ctx, self.p, self.p.joining(phase), self.address, "mask",
+                                      once=row_slots(self.p)))
 
     def _fold_of(self, segment: Elementwise) -> int:
         """The number of the attached fold whose pipeline ``segment``'s stages belong to."""
@@ -82,7 +87,7 @@ class _Pass:
         last (the lift, which the fold applies itself)."""
         stages = segment.stages[:-1] if fold.share is not None else segment.stages
         return emit_stages(self.w, self.ctx, self.p, Elementwise(stages, segment.first, segment.within), stream,
-                           self.values, TILE)
+                           self.values, self.tile)
 
     def _fold(self, n: int, fold: TileReduce, values: list[Value]) -> None:
         """The tile folded by fold ``n``: into its accumulators, or, for a whole row not folded in order, at once."""
@@ -120,39 +125,91 @@ def row_results(w: Writer, ctx: ScalarContext, p: KernelPlan, n: int, totals: li
     return [Value(name, r.dtype, r.zero_dim) for name, r in zip(names, results)]
 
 
-def _tile(w: Writer, p: KernelPlan, rows: dict, reduced: list[int], ks: str) -> dict:
-    """The offsets and mask of the tile at positions ``ks`` along the row; returns every slot's address."""
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """A program's rows: each slot's offset to them, their coordinates by kept group (:func:`emit_offsets`),
+    and the reduced groups, along which a tile runs."""
+
+    offsets: dict[str, str]
+    coords: dict[int, str]
+    reduced: list[int]
+
+
+def _tile(w: Writer, p: KernelPlan, rows: _Rows, ks: str) -> dict:
+    """The offsets, mask and coordinates of the tile at positions ``ks`` along the rows; returns every slot's
+    address."""
     w.line(f"ks = {ks}")
     with w.block("if WIDE:"):
         w.line("ks = ks.to(tl.int64)", comment="offsets along the row may pass 2**31 - 1 too")
     w.line("mask = row_mask[:, None] & (ks < K)[None, :]")
-    offsets = emit_offsets(w, "ks", reduced, p.slots, "k")
+    offsets = emit_offsets(w, "ks", rows.reduced, p.slots, "k", k_coords := {})
+    emit_coordinates(w, p, "in", [(rows.coords, "[:, None]"), (k_coords, "[None, :]")], "[BLOCK_M, BLOCK_K]")
     if uses_position(p):
         w.line(f"{POSITION} = ks[None, :].to(tl.int64)", comment="positions along the reduced axes")
-    return tile_address(rows, offsets, p.slots)
+    return tile_address(rows.offsets, offsets, p.slots, row_slots(p))
 
 
-def _start(w: Writer, n: int, fold: TileReduce) -> list[str]:
-    """Fold ``n``'s accumulators, filled with its identity."""
-    return start_accumulators(w, fold, f"acc{n}_" if fold.width > 1 else f"acc{n}")
+def _start(w: Writer, n: int, fold: TileReduce, lanes: str = "BLOCK_K") -> list[str]:
+    """Fold ``n``'s accumulators, filled with its identity (``lanes`` a row, where it keeps lanes)."""
+    return start_accumulators(w, fold, f"acc{n}_" if fold.width > 1 else f"acc{n}", lanes)
 
 
-def _final(w: Writer, ctx: ScalarContext, p: KernelPlan, totals: list[str], rows: dict) -> None:
+def _one_hot(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], rows: _Rows,
+             results: dict[int, list[Value]]) -> None:
+    """The reduce after the attaches as its one-hot form (:class:`~tricomb.lower.segments.OneHot`): each row's
+    position, from its attached results and its inputs constant along it, then one pass through every segment at
+    that element alone (a tile of one column), whose sum is the term there, or 0 where the position is outside
+    the row."""
+    hot = p.one_hot
+    w.comment("the last reduce sums terms that are 0 but at one position a row: read that element alone")
+    emit_coordinates(w, p, "in", [(rows.coords, "[:, None]")], "[BLOCK_M, 1]")
+    args = []
+    for source in hot.sources:
+        if source[0] == "attached":
+            r = results[source[1]][source[2]]
+            args.append(Value(f"{r.text}[:, None]", r.dtype, r.zero_dim))
+        elif source[0] == "input":
+            slot = next(s for s in p.inputs if s.name == source[1])
+            column = {slot.name: f"{rows.offsets[slot.name]}[:, None]"}
+            args += emit_loads(w, ctx, p, [slot], column, "row_mask[:, None]", once=frozenset([slot.name])).values()
+        else:
+            args.append(Value("0", torch.int64))  # (the position reads none of these)
+    position = emit_function(w, ctx, hot.position, args, "[BLOCK_M, 1]")[0]
+    w.line(f"at = {position.text}.to(tl.int64)")
+    w.line("found = row_mask[:, None] & (at >= 0) & (at < K)", comment="a position outside the row sums nothing")
+    w.line("at = tl.where(found, at, 0)")
+    offsets = emit_offsets(w, "at", rows.reduced, p.slots, "k", k_coords := {})
+    emit_coordinates(w, p, "in", [(rows.coords, "[:, None]"), (k_coords, "")], "[BLOCK_M, 1]")
+    once = row_slots(p)
+    address = {s.name: f"{rows.offsets[s.name]}[:, None]" if s.name in once else
+               f"({rows.offsets[s.name]}[:, None] + {offsets[s.name]})" for s in p.slots}
+    w.line("mask = found")
+    n = len(p.folds) - 1
+    accs = {n: _start(w, n, p.folds[n], lanes="1")}
+    _Pass(w, ctx, p, combines, address, results, accs, whole=False, tile="[BLOCK_M, 1]").run(None)
+    _final(w, ctx, p, totals_of(w, p, n, accs[n], combines[n]), rows)
+
+
+def _final(w: Writer, ctx: ScalarContext, p: KernelPlan, totals: list[str], rows: _Rows) -> None:
     """After the last pass, for a reduce after the attaches: the stages after it on its row ``totals`` (inputs
-    joining there read at the rows' offsets ``rows``), and the rows stored."""
+    joining there read at the rows' offsets), and the rows stored."""
     fold = p.folds[-1]
-    value = after_fold(w, ctx, p, fold, totals, rows, "row_mask", "[BLOCK_M]")
-    store(w, ctx, p, p.following(fold, Store), value, rows, "row_mask")
+    value = after_fold(w, ctx, p, fold, totals, rows.offsets, "row_mask", "[BLOCK_M]")
+    store(w, ctx, p, p.following(fold, Store), value, rows.offsets, "row_mask")
 
 
-def _whole_row(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], rows: dict,
-               reduced: list[int]) -> None:
-    """The row in one tile: one pass through every segment."""
+def _whole_row(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], rows: _Rows,
+               attached_only: bool) -> None:
+    """The row in one tile: one pass through every segment (with ``attached_only``, up to the last attached fold's
+    row results)."""
     accs = {n: _start(w, n, f) for n, f in enumerate(p.folds) if f.per_row}
-    address = _tile(w, p, rows, reduced, "tl.arange(0, BLOCK_K)")
+    address = _tile(w, p, rows, "tl.arange(0, BLOCK_K)")
     one = _Pass(w, ctx, p, combines, address, {}, accs, whole=True)
-    one.run(None)
-    if not p.folds[-1].attached:
+    last = max(n for n, f in enumerate(p.folds) if f.attached)
+    one.run(last if attached_only else None)
+    if attached_only:
+        row_results(w, ctx, p, last, one.totals_of(last))
+    elif not p.folds[-1].attached:
         _final(w, ctx, p, one.totals_of(len(p.folds) - 1), rows)
 
 
@@ -163,13 +220,15 @@ def _sweep_positions(forward: bool) -> str:
     return "(K - 1) // BLOCK_K * BLOCK_K - k0 + tl.arange(0, BLOCK_K)"
 
 
-def _sweeps(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], rows: dict,
-            reduced: list[int]) -> None:
-    """A row in several tiles: one sweep per attached fold, then one through every segment."""
+def _sweeps(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], rows: _Rows,
+            attached_only: bool) -> dict[int, list[Value]]:
+    """A row in several tiles: one sweep per attached fold, then (unless ``attached_only``) one through every
+    segment. Returns the attached folds' row results."""
     results: dict[int, list[Value]] = {}
     accs: dict[int, list[str]] = {}
     last = len(p.folds) - 1
-    for sweep, until in enumerate([n for n, f in enumerate(p.folds) if f.attached] + [None]):
+    rest = [] if attached_only else [None]
+    for sweep, until in enumerate([n for n, f in enumerate(p.folds) if f.attached] + rest):
         n = last if until is None else until
         folds = until is not None or not p.folds[n].attached
         if folds:
@@ -178,29 +237,36 @@ def _sweeps(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, .
         what = f"fold {stage_text(p.folds[n].stage)}" if until is not None else "every stage"
         w.comment(f"sweep {sweep}: {what}" + ("" if forward else ", from the row's end (what is still in L2 first)"))
         with w.block("for k0 in range(0, K, BLOCK_K):"):
-            address = _tile(w, p, rows, reduced, _sweep_positions(forward))
+            address = _tile(w, p, rows, _sweep_positions(forward))
             _Pass(w, ctx, p, combines, address, results, accs, whole=False).run(until)
         if until is not None:
             results[n] = row_results(w, ctx, p, n, totals_of(w, p, n, accs[n], combines[n]))
         elif folds:
             _final(w, ctx, p, totals_of(w, p, n, accs[n], combines[n]), rows)
+    return results
 
 
 def emit_attach_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...]) -> None:
     """``BLOCK_M`` rows a program; a row that fits one tile is read once and held on chip, a longer one swept
     once per attached fold and once more (module docstring), in the plan's one-pass form when it has one
-    (``p.long_rows``). ``combines`` names each fold's combine function: ``p``'s, then the long rows' plan's."""
+    (``p.long_rows``); with a one-hot reduce after the attaches (``p.one_hot``), that reduce reads one element a
+    row after either. ``combines`` names each fold's combine function: ``p``'s, then the long rows' plan's."""
     kept, reduced = split_groups(p)
     long = p.long_rows or p
+    hot = p.one_hot is not None and p.long_rows is None  # (both branches then leave the same row results)
     whole, swept = combines[:len(p.folds)], combines[len(p.folds):] or combines
     program_ids(w, ["pid_m"])
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
-    rows = emit_offsets(w, "rows", kept, p.slots, "r")
+    offsets = emit_offsets(w, "rows", kept, p.slots, "r", coords := {})
+    emit_coordinates(w, p, "row", [(coords, "")], "[BLOCK_M]")
+    rows = _Rows(offsets, coords, reduced)
     with w.block("if K <= BLOCK_K:"):
         w.comment("the row is one tile: read once, held on chip through every fold")
-        _whole_row(w, ctx, p, whole, rows, reduced)
+        _whole_row(w, ctx, p, whole, rows, attached_only=hot)
     with w.block("else:"):
         if p.long_rows is not None:
             w.comment("a longer row: the one-pass form of the attaches (fewer sweeps)")
-        _sweeps(w, ctx, long, swept, rows, reduced)
+        results = _sweeps(w, ctx, long, swept, rows, attached_only=hot)
+    if hot:
+        _one_hot(w, ctx, p, whole, rows, results)

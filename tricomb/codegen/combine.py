@@ -18,8 +18,8 @@ from ..lower.segments import Elementwise, Fold, LookBack, Store, Ticket, TileRed
 from ..pipeline.printer import stage_text
 from .fold import (acc_type, emit_last_program, fold_in_order, identity_text, masked_fields, reduce_tile,
                    tile_scan, to_accumulator)
-from .kernel import (POSITION, emit_loads, emit_offsets, emit_stages, fields, first_stream, program_ids, store,
-                     uses_position)
+from .kernel import (POSITION, emit_coordinates, emit_loads, emit_offsets, emit_stages, fields, first_stream,
+                     program_ids, row_slots, store, uses_position)
 from .lookback import emit_look_back, emit_publish_aggregate, last_column, tree_aggregate
 from .scalar import ScalarContext, Value, emit_function
 from .writer import Writer
@@ -31,8 +31,11 @@ def split_groups(p: KernelPlan) -> tuple[list[int], list[int]]:
     return kept, reduced
 
 
-def tile_address(rows: dict[str, str], ks: dict[str, str], slots) -> dict[str, str]:
-    return {s.name: f"({rows[s.name]}[:, None] + {ks[s.name]}[None, :])" for s in slots}
+def tile_address(rows: dict[str, str], ks: dict[str, str], slots, once: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Each slot's offsets for a tile of rows by positions along them: a column for a slot in ``once`` (constant
+    along the row: :func:`~tricomb.codegen.kernel.row_slots`)."""
+    return {s.name: f"{rows[s.name]}[:, None]" if s.name in once else f"({rows[s.name]}[:, None] + {ks[s.name]}[None, :])"
+            for s in slots}
 
 
 def _before_fold(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: str, whole: str | None = None,
@@ -41,8 +44,8 @@ def _before_fold(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: s
     :func:`~tricomb.codegen.kernel.emit_loads`), apply the stages before it, and return the stream's fields
     (with ``lift``, for a declared share, the stream before the last stage, the lift, which the fold applies
     itself)."""
-    before = p.joining(0)
-    values = emit_loads(w, ctx, p, before, tile_address(rows, ks, before), mask, whole)
+    before, once = p.joining(0), row_slots(p)
+    values = emit_loads(w, ctx, p, before, tile_address(rows, ks, before, once), mask, whole, once)
     segment = p.segments[0]
     if not lift:
         return emit_stages(w, ctx, p, segment, first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
@@ -59,7 +62,9 @@ def _fold_max_first(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[
     each element's share at that maximum, joined to the accumulators by the pair combine. (A NaN element, which
     the maximum skips, makes its share and so the sum NaN; the maximum is then made NaN too, as the pair
     combine's would be: for a declared share by the NaN sum, which is NaN exactly where an element is, for a
-    derived one by a maximum that keeps NaN.)"""
+    derived one by a maximum that keeps NaN.) A declared pair followed by sums
+    (:func:`~tricomb.pipeline.online.with_sums`) adds each of the element's further values to its lane of a
+    tile-shaped accumulator (:attr:`~tricomb.lower.segments.TileReduce.lanes`), folded once after the loop."""
     w.comment("the tile taken in max first (the operator's share): per row its largest element, then the")
     w.comment("sum of each element's share at that maximum, joined to the row's pair by the combine")
     w.line(f"element = tl.where(mask, {to_accumulator(fold, values[0], 0)}, {identity_text(fold, 0)})")
@@ -68,20 +73,25 @@ def _fold_max_first(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[
     share = emit_function(w, ctx, fold.share, args, "[BLOCK_M, BLOCK_K]")[0]
     w.line(f"share = tl.where(mask, {share.text}, {identity_text(fold, 1)}).to({acc_type(fold, 1)})")
     w.line("tile_sum = tl.reduce(share, 1, tl.standard._sum_combine)")
+    for j, value in zip(fold.lanes, values[1:]):  # the sums a declared pair carries after it, lane by lane
+        w.line(f"{accs[j]} = {accs[j]} + tl.where(mask, {to_accumulator(fold, value, j)}, {identity_text(fold, j)})")
     if fold.declared:
         w.line("tile_max = tl.where(tile_sum != tile_sum, tile_sum, tile_max)",
                comment="a NaN element: the maximum skipped it, the pair is NaN")
     else:
         w.line("tile_max = tc_extreme_over(element, 1, True)",
                comment="NaN where an element is (a derived share may be NaN at a number too)")
-    w.line(f"{', '.join(accs)} = {combine}({', '.join(accs)}, tile_max, tile_sum)")
+    pair, sums = accs[:2], accs[2:]
+    none = ["0.0"] * len(sums)  # (the sums are added lane by lane above)
+    unused = [f"unused{j}" for j in fold.lanes]
+    w.line(f"{', '.join(pair + unused)} = {combine}({', '.join(pair + none + ['tile_max', 'tile_sum'] + none)})")
 
 
 def after_fold(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: Fold, names: list[str], address, mask: str,
-                shape: str, whole: str | None = None) -> list[Value]:
+                shape: str, whole: str | None = None, once: frozenset[str] = frozenset()) -> list[Value]:
     """The elementwise stages after ``fold``, on its combined fields ``names``, with the inputs that join there
-    loaded at ``address`` (unmasked when ``whole`` holds)."""
-    values = emit_loads(w, ctx, p, p.joining(p.phase_after(fold)), address, mask, whole)
+    loaded at ``address`` (unmasked when ``whole`` holds; as columns for the slots in ``once``)."""
+    values = emit_loads(w, ctx, p, p.joining(p.phase_after(fold)), address, mask, whole, once)
     b = p.binding
     rank = b.rank - len(b.axes) if isinstance(fold, TileReduce) and not fold.stage.keepdim else b.rank
     stream = [Value(n, dtype, rank == 0) for n, dtype in zip(names, fold.combined_dtypes)]
@@ -124,22 +134,25 @@ def row_totals(w: Writer, fold: TileReduce, accs: list[str], combine: str, base:
     """Each row's total (named from ``base``) from the accumulators ``accs`` of ``fold`` after its loop: the
     per-row value (the identity for rows past ``M``), or the tile's lanes folded."""
     totals = fields(base, fold.width)
-    if fold.per_row:
-        for j, (t, acc) in enumerate(zip(totals, accs)):
-            w.line(f"{t} = tl.where(row_mask, {acc}, {identity_text(fold, j)})",
-                   comment="one use of the loop's result (Triton 3.6's thread-locality pass asserts it)" if j == 0
-                   else None)
-    else:
+    if not fold.per_row:
         w.line(f"{', '.join(totals)} = {reduce_tile(fold, accs, combine)}")
+        return totals
+    for j, (t, acc) in enumerate(zip(totals, accs)):
+        if j in fold.lanes:  # a declared pair's sum, kept lane by lane
+            w.line(f"{t} = tl.where(row_mask, tl.reduce({acc}, 1, tl.standard._sum_combine), {identity_text(fold, j)})")
+            continue
+        w.line(f"{t} = tl.where(row_mask, {acc}, {identity_text(fold, j)})",
+               comment="one use of the loop's result (Triton 3.6's thread-locality pass asserts it)" if j == 0
+               else None)
     return totals
 
 
-def start_accumulators(w: Writer, fold: TileReduce, base: str = "acc") -> list[str]:
+def start_accumulators(w: Writer, fold: TileReduce, base: str = "acc", lanes: str = "BLOCK_K") -> list[str]:
     """The accumulators of ``fold`` (named from ``base``), filled with its identity: one value per row, or one
-    per lane of a tile."""
+    per lane of a tile of ``lanes`` columns."""
     accs = fields(base, fold.width)
-    shape = "[BLOCK_M]" if fold.per_row else "[BLOCK_M, BLOCK_K]"
     for j, acc in enumerate(accs):
+        shape = f"[BLOCK_M, {lanes}]" if j in fold.lanes else "[BLOCK_M]"
         w.line(f"{acc} = tl.full({shape}, {identity_text(fold, j)}, {acc_type(fold, j)})")
     return accs
 
@@ -153,14 +166,16 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
     program_ids(w, ["pid_m", "pid_k"])
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
-    rows = emit_offsets(w, "rows", kept, p.slots, "r")
+    rows = emit_offsets(w, "rows", kept, p.slots, "r", row_coords := {})
+    emit_coordinates(w, p, "row", [(row_coords, "")], "[BLOCK_M]")
     accs = start_accumulators(w, fold)
     w.line("CHUNK = ((K + SPLIT - 1) // SPLIT + BLOCK_K - 1) // BLOCK_K * BLOCK_K", comment="the part of K each of SPLIT programs reduces")
     w.line("k_start = pid_k * CHUNK")
     with w.block("for k0 in range(0, CHUNK, BLOCK_K):"):
         w.line("ks = k_start + k0 + tl.arange(0, BLOCK_K)")
         w.line("mask = row_mask[:, None] & (ks < K)[None, :]")
-        ks = emit_offsets(w, "ks", reduced, p.joining(0), "k")
+        ks = emit_offsets(w, "ks", reduced, p.joining(0), "k", k_coords := {})
+        emit_coordinates(w, p, "in", [(row_coords, "[:, None]"), (k_coords, "[None, :]")], "[BLOCK_M, BLOCK_K]")
         if uses_position(p):
             w.line(f"{POSITION} = ks[None, :].to(tl.int64)", comment="positions along the reduced axes")
         values = _before_fold(w, ctx, p, rows, ks, "mask", lift=fold.share is not None)
@@ -169,15 +184,18 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
     _finish(w, ctx, p, fold, combine, accs, rows, "TICKET", "pid_k", "pid_m")
 
 
-def _scan_positions(w: Writer, p: KernelPlan, scan: TileScan, reduced: list[int]) -> tuple[dict, dict, str]:
+def _scan_positions(w: Writer, p: KernelPlan, scan: TileScan, reduced: list[int],
+                    coords: tuple[dict, dict]) -> tuple[dict, dict, str]:
     """Offsets of the elements a scan step reads (``k`` in scan order; one step back when exclusive) and writes
-    (``ks``), and the mask of the reads. Reversed, scan order ``j`` is position ``K - 1 - j`` along the axis."""
+    (``ks``), and the mask of the reads. Reversed, scan order ``j`` is position ``K - 1 - j`` along the axis.
+    ``coords`` receives the coordinates by group of the reads, then of the writes."""
     stage = scan.stage
     before = p.joining(0)
     after = [s for s in p.slots if s.phase > 0]
     w.line("mask = row_mask[:, None] & (ks < K)[None, :]")
     if not stage.reverse and not stage.exclusive:
-        offsets = emit_offsets(w, "ks", reduced, p.slots, "k")
+        offsets = emit_offsets(w, "ks", reduced, p.slots, "k", coords[0])
+        coords[1].update(coords[0])
         return offsets, offsets, "mask"
     source = "ks - 1" if stage.exclusive else "ks"
     w.line(f"src = {'K - 1 - (' + source + ')' if stage.reverse else source}",
@@ -188,8 +206,8 @@ def _scan_positions(w: Writer, p: KernelPlan, scan: TileScan, reduced: list[int]
     if stage.exclusive:
         w.line("read_mask = mask & (ks >= 1)[None, :]", comment="the first step reads nothing: the identity")
         read_mask = "read_mask"
-    reads = emit_offsets(w, "src", reduced, before, "k")
-    writes = emit_offsets(w, "dst", reduced, after, "d")
+    reads = emit_offsets(w, "src", reduced, before, "k", coords[0])
+    writes = emit_offsets(w, "dst", reduced, after, "d", coords[1])
     return reads, writes, read_mask
 
 
@@ -273,21 +291,25 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple
     _scan_program(w)
     w.line("rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
-    rows = emit_offsets(w, "rows", kept, p.slots, "r")
+    rows = emit_offsets(w, "rows", kept, p.slots, "r", row_coords := {})
+    emit_coordinates(w, p, "row", [(row_coords, "")], "[BLOCK_M]")
     for j, carry in enumerate(fields("carry", scan.width)):
         w.line(f"{carry} = tl.full([BLOCK_M], {identity_text(scan, j)}, {acc_type(scan, j)})")
     accs = start_accumulators(w, fused[0]) if fused else []
     with w.block("for k0 in range(k_first, k_stop, BLOCK_K):"):
         w.line("ks = k0 + tl.arange(0, BLOCK_K)")
-        reads, ks, read_mask = _scan_positions(w, p, scan, reduced)
+        coords: tuple[dict, dict] = ({}, {})
+        reads, ks, read_mask = _scan_positions(w, p, scan, reduced, coords)
+        for phase, along in zip(("in", "out"), coords):
+            emit_coordinates(w, p, phase, [(row_coords, "[:, None]"), (along, "[None, :]")], "[BLOCK_M, BLOCK_K]")
         _whole_tile(w, scan)
         if uses_position(p):
             _positions(w, scan)
         values = _before_fold(w, ctx, p, rows, reads, read_mask, "whole")
         w.comment(f"stage {scan.at}: {stage_text(scan.stage)}")
         scanned = _scan_tile(w, ctx, p, scan, combines[0], values, read_mask)
-        address = tile_address(rows, ks, [s for s in p.slots if s.phase > 0])
-        value = after_fold(w, ctx, p, scan, scanned, address, "mask", "[BLOCK_M, BLOCK_K]", "whole")
+        address = tile_address(rows, ks, [s for s in p.slots if s.phase > 0], row_slots(p))
+        value = after_fold(w, ctx, p, scan, scanned, address, "mask", "[BLOCK_M, BLOCK_K]", "whole", row_slots(p))
         if not fused:
             store(w, ctx, p, p.following(scan, Store), value, address, "mask")
         else:

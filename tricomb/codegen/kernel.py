@@ -32,6 +32,31 @@ def uses_position(p: KernelPlan) -> bool:
                for fn in p.pipeline.functions for node in walk(*fn.outputs))
 
 
+def coordinates_read(p: KernelPlan, phase: str) -> list[int]:
+    """The iteration dimensions whose ``coordinate_<phase>`` (an ``index``, :mod:`tricomb.lower.coordinates`) a
+    stage of the plan reads."""
+    op = f"coordinate_{phase}"
+    return sorted({node.args[0].value for fn in p.pipeline.functions for node in walk(*fn.outputs)
+                   if isinstance(node, Call) and node.op == op})
+
+
+def emit_coordinates(w: Writer, p: KernelPlan, phase: str, parts: list[tuple[dict[int, str], str]],
+                     shape: str) -> None:
+    """Define the kernel variable of each coordinate the plan reads in ``phase``, int64, broadcastable to
+    ``shape`` (a row's coordinate is a column, a position along the row a row of the tile; every fold and store
+    broadcasts its operands to the tile): the coordinate of its dimension's group from the first of ``parts``
+    (each: coordinates by group, from :func:`emit_offsets`, and the indexing that lays them along ``shape``) that
+    has it; 0 for a dimension of size 1, or a reduced one read after its reduce."""
+    for d in coordinates_read(p, phase):
+        name = OPS[f"coordinate_{phase}"].leaf.format(d)
+        group = next((g for g, grp in enumerate(p.binding.groups) if d in grp.dims), None)
+        found = [f"{coords[group]}{suffix}" for coords, suffix in parts if group in coords]
+        if found:
+            w.line(f"{name} = ({found[0]}).to(tl.int64)", comment=f"index along dimension {d}")
+        else:
+            w.line(f"{name} = tl.full({shape}, 0, tl.int64)", comment=f"index along dimension {d}, of size 1 here")
+
+
 def group_size(g: int) -> str:
     return f"n{g}"
 
@@ -104,16 +129,24 @@ def emit_offsets(w: Writer, index: str, groups: list[int], slots, tag: str,
     return offsets
 
 
+def row_slots(p: KernelPlan) -> frozenset[str]:
+    """The inputs constant along the folded axes (stride 0 along each: a ``(B, 1)`` target beside ``(B, C)``
+    logits), which a tile loads once per row, not once per element."""
+    return frozenset(f"in{i}" for i, once in enumerate(p.binding.row_inputs) if once)
+
+
 def emit_loads(w: Writer, ctx: ScalarContext, p: KernelPlan, slots, address: dict[str, str],
-               mask: str, whole: str | None = None) -> dict[str, Value]:
-    """Load each slot at its address expression, converted to its compute dtype. With ``whole`` (a scalar
+               mask: str, whole: str | None = None, once: frozenset[str] = frozenset()) -> dict[str, Value]:
+    """Load each slot at its address expression, converted to its compute dtype; a slot in ``once`` (of
+    :func:`row_slots`, addressed by its rows alone) is loaded as a column, one element a row. With ``whole`` (a scalar
     condition that implies ``mask`` holds everywhere), a whole tile is loaded without the mask: Triton sets
     each lane of a masked load to ``other`` before loading it, and ptxas then issues the loads in two waves, the
     second after the first one's values are used, so a tile waits for memory twice (P4's look-back scan, SASS
     compiled for sm_90: bench/NOTES.md). Unmasked, every load of the tile is issued before any use."""
     values = {}
     ranks = dict(zip((s.name for s in p.inputs), p.binding.ranks))
-    sources = {s.name: f"tl.load({s.name} + {address[s.name]}, mask={mask}, other=0)" for s in slots}
+    masks = {s.name: "row_mask[:, None]" if s.name in once else mask for s in slots}
+    sources = {s.name: f"tl.load({s.name} + {address[s.name]}, mask={masks[s.name]}, other=0)" for s in slots}
     if whole is not None and slots:
         loaded = {s.name: f"x_{s.name}" if held_dtype(s.dtype) == s.dtype else f"raw_{s.name}" for s in slots}
         with w.block(f"if {whole}:"):
@@ -189,6 +222,7 @@ def emit_map_body(w: Writer, ctx: ScalarContext, p: KernelPlan) -> None:
     groups = list(range(len(p.binding.groups)))
     coords: dict[int, str] = {}
     offsets = emit_offsets(w, "idx", groups, p.slots, "o", coords)
+    emit_coordinates(w, p, "in", [(coords, "")], "[BLOCK]")
     values = emit_loads(w, ctx, p, p.inputs, offsets, "mask")
     elementwise, output = p.segments
     result = emit_stages(w, ctx, p, elementwise, first_stream(p, values), values, "[BLOCK]")

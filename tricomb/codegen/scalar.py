@@ -261,7 +261,7 @@ def _internal(ctx: ScalarContext, spec, operand, dtype: torch.dtype) -> str:
     conversion of ``operand`` to ``dtype`` as torch's ``Tensor.to`` converts (a float to an integer truncated and
     wrapped, to float16 or bfloat16 rounded), held in its compute type."""
     if spec.leaf:  # (tl.cast: the compiler passes an int argument equal to 1, such as K, as a Python int)
-        return f"tl.cast({spec.leaf}, {tl_dtype(held_dtype(dtype))})"
+        return f"tl.cast({spec.leaf.format(operand)}, {tl_dtype(held_dtype(dtype))})"
     source, text = operand.dtype, operand.text  # (the expand pass converts stream fields, never constants)
     if source == dtype:
         return text

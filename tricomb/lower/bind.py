@@ -23,6 +23,7 @@ from ..errors import (AliasError, ArgumentError, ArityError, DeviceError, DTypeE
 from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import check_callable, iteration_axes, operator_commutes
+from .coordinates import coordinate_dims, index_axes
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.int16,
                     torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -49,6 +50,8 @@ class Binding:
     out_dtypes: tuple[torch.dtype, ...]  # per result field
     out_orders: tuple[tuple[int, ...], ...]  # per result field: torch's memory order of its dimensions
     default_dtype: torch.dtype  # torch.get_default_dtype(): the dtype of Python floats meeting integers
+    # per input: constant along the folded axes (stride 0 along each of size > 1), so loaded once a row
+    row_inputs: tuple[bool, ...] = ()
 
 
 def combine_stage(pipeline: PipelineIR, start: int = 0) -> tuple[int, Reduce | Scan | None]:
@@ -222,9 +225,10 @@ def iteration_strides(t: torch.Tensor, shape: tuple[int, ...], after: bool, stag
 
 
 def coalesce(shape: tuple[int, ...], axes: tuple[int, ...], strides: list[tuple[int, ...]],
-             order: tuple[int, ...] | None = None) -> tuple[Group, ...]:
+             order: tuple[int, ...] | None = None, alone: frozenset[int] = frozenset()) -> tuple[Group, ...]:
     """Merge dimensions of one kind, neighbours in the walk ``order`` (outer to inner; default: logical), whose
-    strides make them one run in every tensor.
+    strides make them one run in every tensor; a dimension in ``alone`` (one whose coordinate a stage reads)
+    merges with none.
 
     Size-1 dimensions are dropped: their index is always 0.
     """
@@ -236,7 +240,8 @@ def coalesce(shape: tuple[int, ...], axes: tuple[int, ...], strides: list[tuple[
         if groups:
             g_kind, g_dims, g_size = groups[-1]
             inner = g_dims[0]
-            if g_kind == kind and all(s[d] == s[inner] * g_size for s in strides):
+            merges = d not in alone and inner not in alone
+            if merges and g_kind == kind and all(s[d] == s[inner] * g_size for s in strides):
                 g_dims.append(d)
                 groups[-1] = (g_kind, g_dims, g_size * shape[d])
                 continue
@@ -333,10 +338,22 @@ def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Fie
     strides = [iteration_strides(t, shape, a, then if lt else stage, axes) for t, a, lt in zip(tensors, after, late)]
     strides += [iteration_strides(o, shape, True, final, axes) for o in outs]
     order = _iteration_order(fields, len(shape), _order_stage(folded), axes, strides[0])
-    binding = Binding(tensors[0].device.type, tuple(t.dtype for t in tensors), tuple(t.dim() for t in tensors),
-                      len(shape), axes, coalesce(shape, axes, strides, order), tuple(f.dtype for f in fields),
-                      tuple(f.order for f in fields), torch.get_default_dtype())
+    ranks = tuple(t.dim() for t in tensors)
+    read = coordinate_dims(pipeline, ranks, len(shape), axes)
+    if read:
+        _check_indexed_stages(pipeline, tuple((tuple(t.shape), t.dtype) for t in tensors), tuple(shape))
+    binding = Binding(tensors[0].device.type, tuple(t.dtype for t in tensors), ranks,
+                      len(shape), axes, coalesce(shape, axes, strides, order, read), tuple(f.dtype for f in fields),
+                      tuple(f.order for f in fields), torch.get_default_dtype(),
+                      _row_inputs(shape, axes, strides[:len(tensors)]))
     return binding, fields
+
+
+def _row_inputs(shape, axes: tuple[int, ...], strides: list[tuple[int, ...]]) -> tuple[bool, ...]:
+    """Per input, whether it is constant along rows of more than one element: stride 0 along every folded
+    dimension of size > 1 (rows of no element read nothing, not even once)."""
+    long = math.prod(shape[d] for d in axes) > 1
+    return tuple(long and all(st[d] == 0 for d in axes if shape[d] > 1) for st in strides)
 
 
 def _folded_stages(pipeline: PipelineIR) -> list[Reduce | Scan]:
@@ -388,6 +405,31 @@ def _check_folded_streams(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, .
                                    "computed from only some of the inputs keeps their shape, as in torch); the kernel "
                                    "folds the broadcast. Broadcast it in the function (where(x == x, y, y)), or "
                                    "fold it in a separate pipeline", stage.location)
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_indexed_stages(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], torch.dtype], ...],
+                          shape: tuple[int, ...]) -> None:
+    """A stage before the first fold whose function reads ``index(axis)`` spans the iteration space ``shape``
+    along that axis: where its arguments have size 1 there and a later input broadcasts the stream, torch's
+    coordinate is 0 but the kernel's would run along the broadcast. ``inputs``: each input's shape and dtype."""
+    owners = input_stages(pipeline)
+    at_fold, _ = combine_stage(pipeline)
+    for at, stage in enumerate(pipeline.stages[:at_fold]):
+        if not isinstance(stage, (Map, ZipWith)) or not index_axes(stage.fn):
+            continue
+        metas = [torch.empty(size, dtype=dtype, device="meta") for size, dtype in inputs]
+        before = [m for m, owner in zip(metas, owners) if owner < at]
+        stream = evaluate_fields(PipelineIR(pipeline.stages[:at]), before) if at else []
+        args = torch.broadcast_shapes(*(t.shape for t in stream + [m for m, o in zip(metas, owners) if o == at]))
+        for axis in index_axes(stage.fn):
+            size = args[axis] if -len(args) <= axis < len(args) else None
+            full = shape[axis % len(args) + len(shape) - len(args)] if size is not None else None
+            if size == 1 and full != 1:
+                raise UnsupportedError(f"index({axis}) reads an axis along which this stage's arguments have size 1 "
+                                       f"(shape {tuple(args)}) while a later input broadcasts the stream to "
+                                       f"{shape}: torch's coordinate there is 0 for every element. Broadcast the "
+                                       "stage's arguments first, or write 0", stage.location)
 
 
 def _check_field_shapes(pipeline: PipelineIR, fields: tuple[Field, ...], stream: tuple[int, ...], stage,

@@ -16,14 +16,20 @@ where ``post`` is the summing attach's stages after its reduce. Its special valu
 row holding NaN has a NaN maximum and sum; one holding ``+inf``, or only ``-inf``, sums ``exp(inf - inf)``,
 NaN, in both. The sums differ by rounding only. :func:`one_pass` finds the chains; the planner uses the result for
 rows that do not fit one tile (:func:`~tricomb.lower.fuse.plan`).
+
+A reduce after attaches sweeps the row once more. When it sums terms that are 0 but at one position of the row,
+the position known per row (cross-entropy's ``where(index(-1) == t, lse - v, 0)``, with ``t`` one target a
+row), the sum is the term at that position: :func:`one_hot` finds such a reduce, and a swept row reads that one
+element instead of its every tile (the gather of Liger-Kernel's cross-entropy forward, derived).
 """
 from __future__ import annotations
 
 from ..pipeline import online
 from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Stage, stream_widths
 from ..pipeline.verify import operator_spec
-from ..scalar.ir import Arg, Call, Function, substitute
-from .bind import Binding, combined_dtypes
+from ..scalar.ir import Arg, Call, Const, Function, substitute, walk
+from .bind import Binding, combined_dtypes, input_stages
+from .segments import Attach as AttachSegment, Elementwise, OneHot, Segment, TileReduce
 
 _SHIFTED = Call("exp", (Call("sub", (Arg(0), Arg(1))),))  # exp(v - m), of the stream v and the attached maximum m
 
@@ -86,3 +92,72 @@ def one_pass(pipeline: PipelineIR, binding: Binding) -> PipelineIR | None:
         out.append(stage)
         at += 1
     return PipelineIR(tuple(out)) if found else None
+
+
+def _sums_fields(stage: Reduce) -> bool:
+    """The reduce adds field by field from zero: the builtin ``add``, or an operator on k-tuples whose field j is
+    ``a_j + b_j`` (either order), with identity 0 in every field."""
+    spec = operator_spec(stage.op)
+    if spec is not None:
+        return spec.name == "add"
+    k = len(stage.op.outputs)
+    ids = stage.identity if isinstance(stage.identity, tuple) else (stage.identity,)
+    pairs = [{Call("add", (Arg(j), Arg(k + j))), Call("add", (Arg(k + j), Arg(j)))} for j in range(k)]
+    return stage.op.arity == 2 * k and all(out in pair for out, pair in zip(stage.op.outputs, pairs)) and \
+        all(type(e) in (int, float) and e == 0 for e in ids)
+
+
+def _position_of(output, along: Call):
+    """``X`` of an output ``where(coordinate == X, E, 0)`` (or ``X == coordinate``), else None."""
+    if not (isinstance(output, Call) and output.op == "where" and isinstance(output.args[2], Const)
+            and output.args[2].value == 0 and isinstance(output.args[0], Call) and output.args[0].op == "eq"):
+        return None
+    a, b = output.args[0].args
+    return b if a == along else a if b == along else None
+
+
+def one_hot(segments: tuple[Segment, ...], pipeline: PipelineIR, binding: Binding) -> OneHot | None:
+    """The reduce after attaches as a one-hot sum (module docstring), or None: the last fold is a field-by-field
+    sum over one dimension, right after one map or zip_with that follows the last attach, each of whose outputs
+    is ``where(index == X, E, 0)`` with one ``X`` for all, read from attached results, inputs constant along the
+    row, constants and the coordinates of other dimensions only."""
+    folds = [s for s in segments if isinstance(s, TileReduce)]
+    if not folds or folds[-1].attached or len(binding.axes) != 1 or not any(f.attached for f in folds):
+        return None
+    fold = folds[-1]
+    at = segments.index(fold)
+    before, attach = segments[at - 1], segments[at - 2]
+    if not (isinstance(before, Elementwise) and before.within is None and len(before.stages) == 1
+            and isinstance(attach, AttachSegment) and _sums_fields(fold.stage)):
+        return None
+    fn = before.stages[0].fn
+    along = Call("coordinate_in", (Const(binding.axes[0]),))
+    positions = {_position_of(out, along) for out in fn.outputs}
+    if len(positions) != 1 or None in positions:
+        return None
+    position = positions.pop()
+    sources = _sources(segments, pipeline, binding, before.first, fn.arity)
+    for node in walk(position):
+        if isinstance(node, Arg) and sources[node.index][0] == "element" or node == along or \
+                isinstance(node, Call) and node.op in ("position", "count"):
+            return None
+    return OneHot(fold, Function(fn.arity, (position,), "one_hot_position"), sources)
+
+
+def _sources(segments: tuple[Segment, ...], pipeline: PipelineIR, binding: Binding, at: int,
+             arity: int) -> tuple[tuple, ...]:
+    """Where each argument of the stage at ``at`` comes from: the stream's fields (every attached fold's results,
+    after the fields entering the first attach), then the inputs the stage brings in."""
+    attached = [s.fold for s in segments if isinstance(s, AttachSegment)]
+    unknown = tuple([("element",)] * arity)
+    if any(not isinstance(s, Attach) for s in pipeline.stages[attached[0].at:at]):
+        return unknown  # a map between the attaches remakes the stream: its fields' origins are not followed
+    widths = [1] + stream_widths(pipeline.stages)
+    stream: list[tuple] = [("element",)] * widths[attached[0].at]
+    for n, fold in enumerate(attached):
+        results = widths[fold.at + 1] - widths[fold.at]
+        stream += [("attached", n, j) for j in range(results)]
+    row = {f"in{i}" for i, once in enumerate(binding.row_inputs) if once}
+    new = [f"in{i}" for i, owner in enumerate(input_stages(pipeline)) if owner == at]
+    sources = stream + [("input", name) if name in row else ("element",) for name in new]
+    return tuple(sources) if len(sources) == arity else unknown

@@ -16,7 +16,9 @@ maps around a plain reduce or scan, using the internal rows of the op table (:mo
   count (0 / 0 is NaN, torch's answer for a row of NaN);
 * ``argmax``/``argmin``: a map pairing each value with its ``position`` along the reduced axes, a reduce of the
   pairs by the op table's argmax/argmin step, and a map keeping the position;
-* ``cummax``/``cummin``: the pairing map, then a scan by the cummax/cummin step (its two fields are the result).
+* ``cummax``/``cummin``: the pairing map, then a scan by the cummax/cummin step (its two fields are the result);
+* ``index(axis)`` in any function: the ``coordinate_<phase>`` leaf of the iteration dimension it reads
+  (:mod:`.coordinates`).
 
 The kernel stays one: every map is fused around the fold.
 """
@@ -34,6 +36,7 @@ from ..pipeline.verify import operator_spec
 from ..scalar.builtins import TUPLE_OPS, convert_op
 from ..scalar.ir import Arg, Call, Const, Function
 from .bind import Binding, combined_dtypes
+from .coordinates import resolve
 
 
 def _nan_to_zero() -> Function:
@@ -126,7 +129,8 @@ def _rewritten(stage: Reduce | Scan, entering: torch.dtype) -> list[Stage]:
 def expand(pipeline: PipelineIR, binding: Binding) -> PipelineIR:
     """``pipeline`` with its derived stages written as core ones (an attached pipeline's too), for inputs of
     ``binding``'s layout class. Raises :class:`~tricomb.errors.DTypeError` for argmax/argmin of bool values."""
-    return PipelineIR(tuple(_expanded(pipeline, binding, 0)))
+    expanded = PipelineIR(tuple(_expanded(pipeline, binding, 0)))
+    return resolve(expanded, binding.ranks, binding.rank, binding.axes)
 
 
 def _expanded(pipeline: PipelineIR, binding: Binding, start: int) -> list[Stage]:

@@ -32,8 +32,8 @@ from ..scalar.builtins import TupleOpSpec, tuple_operator
 from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, combined_dtypes, fold_context, input_stages
-from .derive import one_pass
-from .segments import Attach, Elementwise, Fold, LookBack, Segment, Slot, Store, Ticket, TileReduce, TileScan
+from .derive import one_hot, one_pass
+from .segments import Attach, Elementwise, Fold, LookBack, OneHot, Segment, Slot, Store, Ticket, TileReduce, TileScan
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,7 @@ class KernelPlan:
     compute_dtype: torch.dtype  # widest float compute dtype of the inputs (half types computed in float32)
     segments: tuple[Segment, ...]
     long_rows: "KernelPlan | None" = None  # for rows swept in tiles, when they take another form (derive.py)
+    one_hot: OneHot | None = None  # the reduce after attaches read at one position a row (derive.one_hot)
 
     @property
     def num_kernels(self) -> int:
@@ -146,8 +147,9 @@ def _plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding, commutes:
     scans = [at for at in positions if isinstance(pipeline.stages[at], Scan)]
     folds = [_fold(pipeline, binding, at, c, after_scan=any(s < at for s in scans))
              for at, c in zip(positions, commutes)]
+    segments = _segments(pipeline, folds, outputs)
     return KernelPlan(pipeline, written, binding, inputs, outputs, field_inputs(pipeline), _compute_dtype(binding.dtypes),
-                      _segments(pipeline, folds, outputs))
+                      segments, one_hot=one_hot(segments, pipeline, binding))
 
 
 def _segments(pipeline: PipelineIR, folds: list[Fold], outputs: tuple[Slot, ...]) -> tuple[Segment, ...]:

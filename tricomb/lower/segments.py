@@ -94,6 +94,15 @@ class TileReduce(_Fold):
         commute folds in order, and an online normalizer's pair folds whole tiles (``share``)."""
         return self.ordered or self.share is not None
 
+    @property
+    def lanes(self) -> tuple[int, ...]:
+        """The fields accumulated lane by lane, in tile-shaped accumulators folded once a row after the loop:
+        every field of a fold not per row; the sums after a declared pair (:func:`~tricomb.pipeline.online.
+        with_sums`), which so add no reduction across the tile to each step; none of a fold in order."""
+        if not self.per_row:
+            return tuple(range(self.width))
+        return tuple(range(2, self.width)) if self.share is not None else ()
+
 
 @dataclass(frozen=True, slots=True)
 class TileScan(_Fold):
@@ -129,6 +138,20 @@ class Attach:
     after it act on the row's elements."""
 
     fold: TileReduce
+
+
+@dataclass(frozen=True, slots=True)
+class OneHot:
+    """A derived form of the reduce after attaches (:func:`~tricomb.lower.derive.one_hot`): its fields are sums
+    whose summands are 0 but at one position of the row, ``position`` (a function of the stage before the reduce's
+    arguments, of which it reads only those known per row), so a row swept in tiles reads that one element after
+    its attached folds instead of sweeping again. ``sources`` gives each argument's origin: ``("attached", n,
+    j)``, field j of attached fold n's row results; ``("input", name)``, an input slot constant along the row; or
+    ``("element",)``, which ``position`` does not read."""
+
+    fold: TileReduce
+    position: Function
+    sources: tuple[tuple, ...]
 
 
 @dataclass(frozen=True, slots=True)

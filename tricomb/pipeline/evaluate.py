@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 
 from ..errors import StageError, TricombError
-from ..scalar.builtins import OPS
+from ..scalar.builtins import INDEX, OPS
 from ..scalar.dtypes import typed_identity
 from ..scalar.ir import Function, JitCall, fold
 from .ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
@@ -69,11 +69,26 @@ def _jit_call(expr: JitCall, operands: list) -> torch.Tensor:
     return apply_jit(expr.fn, [t.to(device=device, dtype=dtype).expand(shape) for t in tensors])
 
 
+def coordinate(axis: int, args: list) -> torch.Tensor:
+    """``index(axis)`` in a function of ``args``: each element's int64 coordinate along ``axis`` of the shape the
+    tensors among ``args`` broadcast to. Raises IndexError for an axis out of range."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    if not -len(shape) <= axis < len(shape):
+        raise IndexError(f"index({axis}) is out of range for the function's arguments, of shape {tuple(shape)}; "
+                         f"an axis of a rank-{len(shape)} stream is in [{-len(shape)}, {len(shape) - 1}]")
+    axis %= len(shape)
+    along = torch.arange(shape[axis], dtype=torch.int64, device=tensors[0].device)
+    return along.view([-1 if d == axis else 1 for d in range(len(shape))]).expand(shape)
+
+
 def evaluate_function(fn: Function, args: list, after_op: OpHook = _identity) -> list[torch.Tensor]:
     """``fn``'s outputs computed by torch from the tensors ``args``; ``after_op`` is applied to each op's result."""
     def on_call(expr, operands):
         if isinstance(expr, JitCall):
             return after_op(_jit_call(expr, operands))
+        if expr.op == INDEX.name:
+            return coordinate(operands[0], args)
         if not any(isinstance(o, torch.Tensor) for o in operands):
             operands[0] = torch.tensor(operands[0])
         return after_op(OPS[expr.op].torch(*operands))

@@ -9,6 +9,8 @@ live here, below both.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 
 from ..scalar.trace import BUILTINS, to_function
 from .operators import Laws, declare_laws, declare_share
@@ -33,7 +35,7 @@ def _log_sum_exp_share(m, x):
     return where(x == m, 1.0, exp(x - m))
 
 
-def _denominators(m, s):
+def denominators(m, s):
     # a row holding +inf, or only -inf, sums exp(inf - inf), NaN in torch's sum: its s is NaN; an empty row keeps 0
     return m, where(abs_(m) == _INF, where(s == 0.0, s, _NAN), s)
 
@@ -50,5 +52,35 @@ declare_laws(LOG_SUM_EXP, IDENTITY, Laws(True, True))
 # field 0 is the larger max; at equal maxima the sums add; (m, 0) combined with (x, 1) for x <= m has sum
 # exp(x - m), 1 where x == m: tiles fold as their max, then the sum of the shares
 LIFT = as_lambda(_log_sum_exp_lift, "the log-sum-exp lift")
-declare_share(LIFT, LOG_SUM_EXP, IDENTITY, as_lambda(_log_sum_exp_share, "the log-sum-exp share"))
-SOFTMAX_DENOMINATORS = as_lambda(_denominators, "softmax_denominators' last map")
+SHARE = as_lambda(_log_sum_exp_share, "the log-sum-exp share")
+declare_share(LIFT, LOG_SUM_EXP, IDENTITY, SHARE)
+SOFTMAX_DENOMINATORS = as_lambda(denominators, "softmax_denominators' last map")
+
+
+def taking(fn, n: int):
+    """``fn``, which takes ``*fields``, shown to the tracer as a function of ``n`` positional parameters."""
+    fn.__signature__ = inspect.Signature([inspect.Parameter(f"f{i}", inspect.Parameter.POSITIONAL_ONLY)
+                                          for i in range(n)])
+    return fn
+
+
+@functools.lru_cache(maxsize=None)
+def with_sums(k: int) -> tuple:
+    """The online normalizer's pair followed by ``k`` sums, for one pass over a row that also adds up ``k``
+    values of each element (cross-entropy's picked logit): ``(lift, operator, identity)``. The lift takes an
+    element and its ``k`` values to ``(x, 1, a_1, ..., a_k)``; the operator is the pair's on fields 0 and 1 and
+    addition on the rest, so associative and commutative as both are. Declared with the pair's share: a tile
+    folds as its maximum, the sum of the shares and the sum of each value, one ``exp`` an element."""
+    def lift(x, *values):
+        return (*_log_sum_exp_lift(x), *values)
+
+    def combine(*fields):
+        left, right = fields[:k + 2], fields[k + 2:]
+        return (*_log_sum_exp(left[0], left[1], right[0], right[1]), *(a + b for a, b in zip(left[2:], right[2:])))
+
+    lifted = as_lambda(taking(lift, k + 1), "the log-sum-exp lift with sums")
+    operator = as_lambda(taking(combine, 2 * (k + 2)), "the log-sum-exp operator with sums")
+    identity = IDENTITY + (0.0,) * k
+    declare_laws(operator, identity, Laws(True, True))
+    declare_share(lifted, operator, identity, SHARE)
+    return lifted, operator, identity

@@ -10,9 +10,9 @@ import functools
 import torch
 
 from ..errors import ArityError, AxisError, DTypeError, LawError, UnsupportedError
-from ..scalar.builtins import OPS, OpSpec
+from ..scalar.builtins import INDEX, OPS, OpSpec
 from ..scalar.inline import globals_key
-from ..scalar.ir import Arg, Call, Function, JitCall, jit_functions
+from ..scalar.ir import Arg, Call, Function, JitCall, jit_functions, walk
 from .operators import Laws, check_laws, declared_laws, fits, identities, identity_key
 from .operators import builtin_parts  # noqa: F401 (read here by the passes and the torch meaning)
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
@@ -97,6 +97,10 @@ def _check_user_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
                                "tricomb takes a @triton.jit function as one value, so an operator on tuples must be "
                                "a Python def or lambda returning the fields (it may call @triton.jit functions)",
                                stage.location)
+    if any(isinstance(node, Call) and node.op == INDEX.name for node in walk(*op.outputs)):
+        raise UnsupportedError(f"{kind}'s operator {op.name!r} calls index(): an operator combines accumulated "
+                               "values, which have no coordinate. Pair each element with its index in a map before "
+                               f"the {kind}", stage.location)
     if op.arity != 2 * k:
         raise ArityError(f"{kind}'s operator {op.name!r} takes {op.arity} arguments and returns {k} value(s); an "
                          "operator combines two k-tuples into one, so it takes 2k arguments (the left tuple's "

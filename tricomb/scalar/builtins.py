@@ -250,12 +250,30 @@ def _conversion(dtype: torch.dtype) -> OpSpec:
                   internal=True, converts_to=dtype)
 
 
+def _int64(*_) -> torch.Tensor:
+    return torch.zeros((), dtype=torch.int64)
+
+
+INDEX = OpSpec("index", 1, _int64, "",
+               "the element's int64 coordinate along the axis given (an integer literal, negative from the end) of "
+               "the shape the function's arguments broadcast to", internal=True)
+
+# Where a kernel stands when it computes a coordinate (the ``expand`` pass rewrites ``index`` into one of these):
+COORDINATE_PHASES = {
+    "in": "the element as read (before the plan's first fold, in an attached pipeline, after an attach)",
+    "out": "the element as written after a scan",
+    "row": "the row a reduce left (a reduced dimension kept has coordinate 0)",
+}
+
 _INTERNAL: list[OpSpec] = [
+    INDEX,
     OpSpec("position", 1, lambda x: torch.zeros_like(torch.as_tensor(x), dtype=torch.int64), "position",
            "the int64 position of the element along the axes the next fold combines (row-major over several)",
            internal=True, leaf="position"),
     OpSpec("count", 1, lambda x: torch.ones_like(torch.as_tensor(x)), "K",
            "the number of elements the fold before it combined, in the element's dtype", internal=True, leaf="K"),
+    *(OpSpec(f"coordinate_{phase}", 1, _int64, "", f"the int64 coordinate of {what} along the iteration dimension given",
+             internal=True, leaf=f"{phase}_at{{0}}") for phase, what in COORDINATE_PHASES.items()),
     *(_conversion(dtype) for dtype in CONVERTIBLE),
 ]
 

@@ -12,7 +12,7 @@ import numbers
 import sys
 
 from ..errors import ArgumentError, ArityError, Location, TraceError, TricombError, caller_location
-from .builtins import PUBLIC, OpSpec
+from .builtins import INDEX, PUBLIC, OpSpec
 from .ir import Arg, Call, Const, Expr, Function, JitCall, JitRef
 from .literals import NotExact, plain_number
 
@@ -159,7 +159,23 @@ class Builtin:
         return f"tc.{self.name}: {self.spec.doc} ({self.spec.arity} argument(s))."
 
 
+class Index(Builtin):
+    """``tc.index(axis)``: the element's coordinate along ``axis`` (an int, negative from the end) of the shape
+    the function's arguments broadcast to, an int64; usable in any map or zip_with function (a causal mask is
+    ``where(index(-1) <= index(-2), v, -inf)``), not in a reduce or scan operator, whose operands are
+    accumulated values. Raises ArgumentError for an axis that is not an int."""
+
+    __slots__ = ()
+
+    def __call__(self, *args):
+        if len(args) != 1 or type(args[0]) is not int:
+            raise ArgumentError(f"tc.index takes one axis, an int such as -1 (got {', '.join(map(repr, args)) or 'none'}); "
+                                "it reads the element's coordinate, not a value", caller_location())
+        return _apply("index", args[0])
+
+
 BUILTINS: dict[str, Builtin] = {name: Builtin(spec) for name, spec in PUBLIC.items()}
+BUILTINS["index"] = Index(INDEX)
 
 
 def is_jit_function(obj) -> bool:

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..pipeline.evaluate import (attach_fields, evaluate_fields, evaluate_function, reduce_fields, reduce_tensor,
+from ..pipeline.evaluate import (attach_fields, coordinate, evaluate_fields, evaluate_function, reduce_fields, reduce_tensor,
                                  scan_fields, scan_tensor)
 from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import iteration_axes, operator_spec
-from ..scalar.builtins import OPS
+from ..scalar.builtins import INDEX, OPS
 from ..scalar.dtypes import kernel_compute_dtype
 from ..scalar.ir import Arg, Call, Const, Function, fold
 from ..scalar.trace import BUILTINS, to_function
@@ -277,6 +277,8 @@ def _evaluate_rounding_operands(fn, args: list[torch.Tensor], dtypes: list[torch
         return torch.empty(o[0].shape, dtype=o[1], device="meta") if isinstance(o, tuple) else o
 
     def on_call(expr, operands):
+        if isinstance(expr, Call) and expr.op == INDEX.name:
+            return coordinate(operands[0], args), torch.int64
         metas = [meta(o) for o in operands]
         if not any(isinstance(m, torch.Tensor) for m in metas):
             metas[0] = torch.tensor(metas[0])
