@@ -331,6 +331,10 @@ def test_explain_names_the_plan():
     long = str(TWO_PASS.explain(torch.randn(2, 70000)))
     assert "a longer row takes the one-pass form" in long
     assert long.endswith("2 rows of 70000 elements, tiles of 1 x 65536: each row swept 2 times")
+    ce = str(L.cross_entropy(reduction="none").explain(torch.randn(2, 70000), torch.zeros(2, 1, dtype=torch.int64)))
+    assert "read at that position alone" in ce
+    assert ce.endswith("2 rows of 70000 elements, tiles of 1 x 65536: each row swept 1 time, then read at its one "
+                       "position")
 
 
 @pytest.mark.parametrize("build, match", [
