@@ -86,6 +86,15 @@ def test_a_function_of_lower_rank_indexes_its_own_axes(device):
     torch.testing.assert_close(pipe(x, y), (x + along(x, 0)) * y + along(y, 0))
 
 
+def test_a_field_reading_index_has_the_shape_of_all_its_functions_arguments(device):
+    """index is a coordinate in the broadcast of every argument: a tuple field of only the smaller input that
+    reads it has the larger shape, as torch's meaning does."""
+    u, w = torch.randn(3).to(device), torch.randn(2, 3).to(device)
+    got, _ = tc.zip_with(lambda u, w: (u + tc.index(-2), u + w))(u, w)
+    assert got.shape == (2, 3)
+    torch.testing.assert_close(got, u + along(w, 0))
+
+
 def test_cross_entropy_and_a_causal_softmax_as_users_write_them(device):
     logits, target = torch.randn(6, 11).to(device), torch.randint(0, 11, (6, 1)).to(device)
     ce = tc.parse("attach logsumexp(axis=-1) | zip_with (v, lse, t) -> where(index(-1) == t, lse - v, 0) "
@@ -145,7 +154,9 @@ def test_random_indexed_pipelines_match_torch(case):
     (lambda: tc.index(), "takes one axis"),
     (lambda: tc.map(lambda v: tc.index(v)), "not a value"),
     (lambda: tc.reduce(lambda a, b: a + b * tc.index(0), identity=0), "no coordinate"),
-    (lambda: tc.map(lambda v: v + tc.index(2))(torch.ones(3, 4)), "out of range"),
+    (lambda: tc.map(lambda v: v + tc.index(2))(torch.ones(3, 4)), r"index\(2\) is out of range .* \[-2, 1\]"),
+    (lambda: (tc.sum() >> tc.map(lambda s: s + tc.index(0)))(torch.ones(3)), "a 0-d stream has no axis"),
+    (lambda: tc.map(tc.index), "a value of the element"),
     (lambda: tc.sum(axis=-1) >> tc.map(lambda s: s + tc.index(1)), None),
     (lambda: (tc.map(lambda v: v + tc.index(0)) >> tc.zip_with(lambda a, b: a + b))(torch.ones(1, 4),
                                                                                    torch.ones(3, 4)), "size 1"),
@@ -153,7 +164,7 @@ def test_random_indexed_pipelines_match_torch(case):
 def test_what_index_refuses(build, match):
     """Each refusal names the problem, before anything launches."""
     if match is None:  # an axis the reduce removed: out of range for the reduced stream
-        with pytest.raises(tc.TricombError, match="out of range"):
+        with pytest.raises(tc.AxisError, match="out of range"):
             build()(torch.ones(3, 4))
         return
     with pytest.raises(tc.TricombError, match=match):

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from ..errors import StageError, TricombError
+from ..errors import AxisError, StageError, TricombError
 from ..scalar.builtins import INDEX, OPS
 from ..scalar.dtypes import typed_identity
 from ..scalar.ir import Function, JitCall, fold
@@ -74,9 +74,12 @@ def coordinate(axis: int, args: list) -> torch.Tensor:
     tensors among ``args`` broadcast to. Raises IndexError for an axis out of range."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    if not shape:
+        raise AxisError(f"index({axis}) in a function of 0-d arguments: a 0-d stream has no axis to count along "
+                        "(after a reduce over every axis, keepdim=True keeps them at size 1)")
     if not -len(shape) <= axis < len(shape):
-        raise IndexError(f"index({axis}) is out of range for the function's arguments, of shape {tuple(shape)}; "
-                         f"an axis of a rank-{len(shape)} stream is in [{-len(shape)}, {len(shape) - 1}]")
+        raise AxisError(f"index({axis}) is out of range for the function's arguments, of shape {tuple(shape)}: an "
+                        f"axis of a rank-{len(shape)} stream is in [{-len(shape)}, {len(shape) - 1}]")
     axis %= len(shape)
     along = torch.arange(shape[axis], dtype=torch.int64, device=tensors[0].device)
     return along.view([-1 if d == axis else 1 for d in range(len(shape))]).expand(shape)
@@ -211,6 +214,10 @@ def evaluate_fields(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: 
     for i, stage in enumerate(pipeline.stages):
         try:
             stream, pending = _evaluate_stage(stage, i, stream, pending, after_op)
+        except TricombError as exc:
+            if exc.location is not None:
+                raise
+            raise type(exc)(exc.message, stage.location) from None
         except (RuntimeError, TypeError, ValueError, OverflowError, IndexError) as exc:
             if not explain_errors or isinstance(exc, TricombError):
                 raise

@@ -6,7 +6,8 @@ broadcast of all inputs, and each field is stored at its own shape: the broadcas
 """
 from __future__ import annotations
 
-from ..scalar.ir import fold
+from ..scalar.builtins import COORDINATES
+from ..scalar.ir import Call, fold
 from .ir import Attach, Map, PipelineIR, ZipWith, new_inputs, stream_widths
 
 Inputs = frozenset[int]
@@ -16,10 +17,15 @@ def _union(sets) -> Inputs:
     return frozenset().union(*sets)
 
 
-def _call_inputs(_, operands):
-    """An op's inputs: the union of its tensor operands'; an op on constants only (exp(1.0)) is a constant."""
-    sets = [o for o in operands if isinstance(o, frozenset)]
-    return _union(sets) if sets else None
+def _inputs_of_calls(args: list[Inputs]):
+    """An op's inputs: the union of its tensor operands'; an op on constants only (exp(1.0)) is a constant; an
+    ``index``, a coordinate in the shape all of the function's arguments broadcast to, has all of theirs."""
+    def inputs(node, operands):
+        if isinstance(node, Call) and node.op in COORDINATES:
+            return _union(args)
+        sets = [o for o in operands if isinstance(o, frozenset)]
+        return _union(sets) if sets else None
+    return inputs
 
 
 def field_inputs(pipeline: PipelineIR) -> tuple[Inputs, ...]:
@@ -36,7 +42,7 @@ def field_inputs(pipeline: PipelineIR) -> tuple[Inputs, ...]:
         taken += count
         if isinstance(stage, (Map, ZipWith)):
             args = stream + new
-            outputs = fold(stage.fn, args, _call_inputs)
+            outputs = fold(stage.fn, args, _inputs_of_calls(args))
             stream = [o if isinstance(o, frozenset) else _union(args) for o in outputs]
         elif isinstance(stage, Attach):  # the stream is broadcast together, and the result broadcast along it
             stream = [_union(stream + new)] * (len(stream + new) + stage.pipeline.width)

@@ -1,6 +1,7 @@
 """The pipeline as DSL-style text, for ``str(pipe)``, plans and messages."""
 from __future__ import annotations
 
+from ..scalar.builtins import COORDINATES
 from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall, children, tree_size, walk
 from .ir import Attach, Map, PipelineIR, Reduce, Stage, ZipWith
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS
@@ -24,6 +25,8 @@ def _node_text(e: Expr, operands: list[str], names: list[str]) -> str:
         return f"({operands[0]} {_INFIX[e.op]} {operands[1]})"
     if e.op == "neg":
         return f"(-{operands[0]})"
+    if e.op in COORDINATES:  # an axis, not a value: index(-1)
+        return f"{e.op}({e.args[0].value})"
     return f"{e.op}({', '.join(operands)})"
 
 

@@ -9,10 +9,10 @@ import functools
 
 import torch
 
-from ..errors import ArityError, AxisError, DTypeError, LawError, UnsupportedError
+from ..errors import ArgumentError, ArityError, AxisError, DTypeError, LawError, UnsupportedError
 from ..scalar.builtins import INDEX, OPS, OpSpec
 from ..scalar.inline import globals_key
-from ..scalar.ir import Arg, Call, Function, JitCall, jit_functions, walk
+from ..scalar.ir import Arg, Call, Const, Function, JitCall, jit_functions, walk
 from .operators import Laws, check_laws, declared_laws, fits, identities, identity_key
 from .operators import builtin_parts  # noqa: F401 (read here by the passes and the torch meaning)
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
@@ -175,6 +175,12 @@ def _check_index_stage(stage: Reduce | Scan, spec: OpSpec, kind: str) -> None:
 def _check_function(stage: Stage, index: int, width: int) -> None:
     """``width``: the fields of the stream entering the stage (0 for the first stage)."""
     fn = stage.fn
+    for node in walk(*fn.outputs):
+        if isinstance(node, Call) and node.op == INDEX.name and not (
+                isinstance(node.args[0], Const) and type(node.args[0].value) is int):
+            raise ArgumentError(f"{fn.name!r} calls index with a value of the element: index takes one axis, an int such "
+                                "as -1 (tc.index(-1)); it reads the element's coordinate, not a value",
+                                stage.location)
     passes = "one element" if width <= 1 else f"a {width}-tuple stream's fields as {width} arguments"
     if isinstance(stage, Map) and index > 0 and fn.arity != width:
         fix = "use zip_with for functions of several inputs" if width <= 1 else \
@@ -248,8 +254,8 @@ def _check_attach(stage: Attach, width: int, combines: list[Stage]) -> None:
     width = width or entering_width(stage.pipeline)
     reduces = [s for s in stages if isinstance(s, Reduce)]
     if any(isinstance(s, Attach) for s in stages):
-        raise UnsupportedError("an attached pipeline is a reduction, but this one attaches itself (a pipeline such as "
-                               "tc.library.softmax keeps every element); attach a reduction (for softmax's: "
+        raise UnsupportedError("an attached pipeline is a reduction without an attach of its own, but this one holds "
+                               "one (tc.library.softmax and cross_entropy do); attach a reduction (for softmax's: "
                                "softmax_denominators), or attach each reduction on its own", stage.location)
     if any(isinstance(s, Scan) for s in stages):
         raise UnsupportedError("an attached pipeline holds one reduce and no scan, but this one holds a scan; a scan "

@@ -255,8 +255,8 @@ def _int64(*_) -> torch.Tensor:
 
 
 INDEX = OpSpec("index", 1, _int64, "",
-               "the element's int64 coordinate along the axis given (an integer literal, negative from the end) of "
-               "the shape the function's arguments broadcast to", internal=True)
+               "the element's int64 coordinate along the axis given (an int, negative from the end) of the shape the "
+               "function's arguments broadcast to")  # (a user's, as tc.index; not in PUBLIC: it takes no value)
 
 # Where a kernel stands when it computes a coordinate (the ``expand`` pass rewrites ``index`` into one of these):
 COORDINATE_PHASES = {
@@ -278,6 +278,8 @@ _INTERNAL: list[OpSpec] = [
 ]
 
 OPS: dict[str, OpSpec] = {spec.name: spec for spec in _TABLE + _INTERNAL}
+# ``index`` and what the expand pass rewrites it into: each a coordinate in the shape of all its function's arguments
+COORDINATES = frozenset([INDEX.name] + [f"coordinate_{phase}" for phase in COORDINATE_PHASES])
 PUBLIC: dict[str, OpSpec] = {spec.name: spec for spec in _TABLE}
 
 
@@ -356,5 +358,7 @@ def markdown_table() -> str:
         if spec.name == "gelu_tanh":
             ref = "torch.nn.functional.gelu(approximate='tanh')"
         op = f"{spec.identity!r}" if spec.identity is not None else ""
-        lines.append(f"| `{spec.name}` | {spec.arity} | {spec.doc} | `{ref}` | {op} |")
+        lines.append(f"| `{spec.name}` | {spec.arity} | {spec.doc.replace('|', chr(92) + '|')} | `{ref}` | {op} |")
+    lines.append(f"| `{INDEX.name}` | 1 (an int axis) | {INDEX.doc}; not in a reduce or scan operator | "
+                 "`torch.arange` along the axis, broadcast | |")
     return "\n".join(lines) + "\n"

@@ -169,8 +169,9 @@ class Index(Builtin):
 
     def __call__(self, *args):
         if len(args) != 1 or type(args[0]) is not int:
-            raise ArgumentError(f"tc.index takes one axis, an int such as -1 (got {', '.join(map(repr, args)) or 'none'}); "
-                                "it reads the element's coordinate, not a value", caller_location())
+            got = ", ".join("a traced value" if isinstance(a, Traced) else repr(a) for a in args) or "nothing"
+            raise ArgumentError(f"tc.index takes one axis, an int such as -1 (got {got}); it reads the element's "
+                                "coordinate, not a value", caller_location())
         return _apply("index", args[0])
 
 
