@@ -150,6 +150,25 @@ def test_cross_entropy_reads_a_long_row_once():
     assert "read that element alone" in source and source.count("for k0 in range(") == 1
 
 
+def test_cross_entropy_takes_torch_targets_of_any_integer_dtype(device):
+    """uint8 targets: class 156 is not the default ignore_index -100 (which wraps to 156 in uint8), nor class 44
+    an ignore_index of 300."""
+    x = torch.randn(2, 160).to(device)
+    t = torch.tensor([156, 44], dtype=torch.uint8).to(device)
+    for ignore in (-100, 300):
+        want = F.cross_entropy(x.cpu(), t.cpu().long(), reduction="none", ignore_index=ignore)
+        torch.testing.assert_close(L.cross_entropy(reduction="none", ignore_index=ignore)(x, t[:, None]).cpu(), want)
+
+
+def test_cross_entropy_refuses_targets_without_the_class_axis(device):
+    """torch's (N,) targets, and (N, d) ones of (N, C, d) logits: the class axis must be kept at size 1, else
+    they would broadcast along it (silently, where N == C)."""
+    pipe = L.cross_entropy(reduction="none")
+    for x, t in [(torch.randn(4, 4), torch.tensor([0, 2, 1, 3])), (torch.randn(2, 5, 3), torch.zeros(2, 3).long())]:
+        with pytest.raises(tc.ShapeError, match=r"must have size 1 along axis 1 .* target\[:, None\]"):
+            pipe(x.to(device), t.to(device))
+
+
 def test_cross_entropy_of_a_target_out_of_range_is_nan(device):
     """torch raises for a target outside [0, C) that is not ignore_index; a kernel cannot, so its row is NaN,
     never a silent number."""

@@ -473,3 +473,24 @@ def test_out_in_an_inputs_storage_is_allowed_only_where_their_memory_is_disjoint
     grid = torch.randn(5, 2)
     with pytest.raises(tc.AliasError, match="input 0 span overlapping memory"):  # interleaved: the ranges meet
         tc.map(tc.exp)(grid[:, 0], out=grid[:, 1])
+
+
+def test_an_input_declared_constant_along_an_axis_must_have_size_1_there(device):
+    """zip_with(constant_along=...): an input of size 1 along the axis (or missing it) broadcasts along it; one
+    that varies there is refused before anything runs, in Python and in text; malformed axes are refused when
+    the stage is built."""
+    x = torch.randn(3, 4, device=device)
+    pipe = tc.sum(axis=-1, keepdim=True) >> tc.zip_with(lambda s, c: s * c, constant_along=-1)
+    assert_matches_torch(pipe, x, torch.randn(3, 1, device=device))
+    assert_matches_torch(pipe, x, torch.randn(1, device=device))
+    text = tc.parse("attach max(axis=-1) | zip_with ((v, m, c) -> (v - m) * c)(constant_along=1)")
+    assert tc.parse(str(text)) == text and "(constant_along=1)" in str(text)
+    assert_matches_torch(text, x, torch.randn(3, 1, device=device))
+    with pytest.raises(tc.ShapeError, match=r"input 1 of shape \(4,\) must have size 1 along axis 1"):
+        text(x, torch.randn(4, device=device))
+    with pytest.raises(tc.AxisError, match="constant_along=2 is out of range"):
+        (tc.attach(tc.max(axis=-1)) >> tc.zip_with(lambda v, m, c: v * c, constant_along=2))(x, x)
+    with pytest.raises(tc.ArgumentError, match="constant_along must be an int or a tuple of ints"):
+        tc.zip_with(tc.mul, constant_along=1.0)
+    with pytest.raises(tc.ParseError, match="'along' is not an argument of zip_with"):
+        tc.parse("map exp | zip_with mul(along=1)")

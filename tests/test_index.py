@@ -95,6 +95,24 @@ def test_a_field_reading_index_has_the_shape_of_all_its_functions_arguments(devi
     torch.testing.assert_close(got, u + along(w, 0))
 
 
+def test_a_field_of_index_alone_folds_like_any_field(device):
+    """A field computed from index alone (no element value in it) has the stream's shape in every pass that reads
+    its dtype and shape, so reduces of any axes, argmax, attaches and a user's operator on (value, index) pairs
+    take it."""
+    x = torch.randn(3, 5).to(device)
+    i1 = along(x, 1)
+    first_max = tc.reduce(lambda a, i, b, j: (tc.where((b > a) | ((b == a) & (j < i)), b, a),
+                                              tc.where((b > a) | ((b == a) & (j < i)), j, i)),
+                          axis=1, identity=(-math.inf, 2 ** 62))
+    cases = [(tc.map(lambda v: tc.where(tc.index(1) > 2, 1.0, 0.0)) >> tc.sum(axis=1), (i1 > 2).double().sum(1)),
+             (tc.map(lambda v: tc.index(1) * 1.0) >> tc.max(axis=(0, 1)), i1.double().max()),
+             (tc.map(lambda v: tc.index(1) * 1.0) >> tc.argmax(axis=1), i1.argmax(1)),
+             (tc.map(lambda v: (v, tc.index(1))) >> first_max, (x.max(1).values, x.argmax(1)))]
+    for pipe, want in cases:
+        got = pipe(x)
+        torch.testing.assert_close(got, want, check_dtype=False, msg=str(pipe))
+
+
 def test_cross_entropy_and_a_causal_softmax_as_users_write_them(device):
     logits, target = torch.randn(6, 11).to(device), torch.randint(0, 11, (6, 1)).to(device)
     ce = tc.parse("attach logsumexp(axis=-1) | zip_with (v, lse, t) -> where(index(-1) == t, lse - v, 0) "

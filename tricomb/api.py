@@ -143,8 +143,19 @@ def build_map(f, where) -> Pipeline:
     return Pipeline(PipelineIR((Map(to_function(f, role="map's function", location=where), where),)))
 
 
-def build_zip_with(g, where) -> Pipeline:
-    return Pipeline(PipelineIR((ZipWith(to_function(g, role="zip_with's function", location=where), where),)))
+def build_zip_with(g, where, constant_along=None) -> Pipeline:
+    fn = to_function(g, role="zip_with's function", location=where)
+    return Pipeline(PipelineIR((ZipWith(fn, where, _axes_tuple(constant_along, "zip_with's constant_along", where)),)))
+
+
+def _axes_tuple(axes, name: str, where) -> tuple[int, ...]:
+    """``axes`` (None, an int or a tuple of ints) as a tuple; ArgumentError naming ``name`` otherwise."""
+    if axes is None:
+        return ()
+    given = axes if isinstance(axes, tuple) else (axes,)
+    if builtins.any(type(a) is not int for a in given):
+        raise ArgumentError(f"{name} must be an int or a tuple of ints (axes of the stream), got {axes!r}", where)
+    return given
 
 
 def _named_result(ir: PipelineIR):
@@ -219,13 +230,17 @@ def map(f) -> Pipeline:  # noqa: A001 - the field's name for it
     return build_map(f, caller_location())
 
 
-def zip_with(g) -> Pipeline:
+def zip_with(g, constant_along=None) -> Pipeline:
     """``zip_with(g)``: combine elementwise, after broadcasting by torch's rules.
 
     As the first stage, ``g``'s k arguments take the pipeline's first k inputs; later, the stream is its first
-    argument and each further argument adds an input to the pipeline.
+    argument and each further argument adds an input to the pipeline. ``constant_along`` (an axis or a tuple of
+    axes of the stream): each input this stage brings in must have size 1 along them, as a ``(N, 1)`` target
+    beside ``(N, C)`` logits does; a call with one that does not (a ``(N,)`` target would broadcast along the
+    other axis) raises :class:`ShapeError` before anything runs. Raises :class:`ArgumentError` for axes that are
+    not ints.
     """
-    return build_zip_with(g, caller_location())
+    return build_zip_with(g, caller_location(), constant_along)
 
 
 def reduce(op, axis=None, keepdim: bool = False, dtype=None, identity=None, **others) -> Pipeline:  # noqa: A001

@@ -196,7 +196,9 @@ def _cross_entropy_rows(ignore_index: int, smoothing: float, axis: int) -> api.P
 
     def terms(v, m, s, *mean_and_target):
         *mean, t = mean_and_target
-        ignored = t == ignore_index
+        # compared as floats: t == ignore_index in t's own dtype would wrap ignore_index (-100 is 156 in uint8);
+        # exact for targets below 2**24, and no class index rounds to a negative ignore_index
+        ignored = t + 0.0 == float(ignore_index)
         at = index(axis) == where(ignored, 0, t)
         loss = log(s) - kept * (v - m) - smoothing * (mean[0] - m) if mean else log(s) - (v - m)
         return where(at, where(ignored, 0.0, loss), 0.0), where(at, where(ignored, -1.0, 1.0), 0.0)
@@ -205,7 +207,7 @@ def _cross_entropy_rows(ignore_index: int, smoothing: float, axis: int) -> api.P
     if smoothing > 0.0:
         stream = stream >> api.attach(api.map(lambda v, m, s: v) >> api.mean(axis=axis))
     per_element = online.as_lambda(online.taking(terms, 4 if smoothing == 0.0 else 5), "cross_entropy's terms")
-    return (stream >> api.zip_with(per_element) >> api.reduce(_SUMS, axis=axis, identity=(0.0, 0.0))
+    return (stream >> api.zip_with(per_element, constant_along=axis) >> api.reduce(_SUMS, axis=axis, identity=(0.0, 0.0))
             >> api.map(lambda loss, hits: where(hits == 0.0, _NAN, loss)))
 
 

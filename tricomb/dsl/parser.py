@@ -251,7 +251,14 @@ class _Build(Expressions):
     @lark.v_args(meta=True)
     def zip_with_stage(self, meta, items):
         from .. import api
-        return api.build_zip_with(self._function(items[0]), self._where(meta))
+        kwargs = {}
+        for name_token, value in (items[1] if len(items) > 1 else None) or []:
+            key = str(name_token)
+            if key != "constant_along" or key in kwargs:
+                problem = "is given twice" if key in kwargs else "is not an argument of zip_with"
+                raise ParseError(f"{key!r} {problem}; zip_with takes constant_along", self._where(name_token))
+            kwargs[key] = value
+        return api.build_zip_with(self._function(items[0]), self._where(meta), kwargs.get("constant_along"))
 
     @lark.v_args(meta=True)
     def reduce_stage(self, meta, items):

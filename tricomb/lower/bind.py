@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import (AliasError, ArgumentError, ArityError, DeviceError, DTypeError, ShapeError, TricombError,
+from ..errors import (AliasError, ArgumentError, ArityError, AxisError, DeviceError, DTypeError, ShapeError, TricombError,
                       UnsupportedError, caller_location)
 from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
@@ -315,6 +315,8 @@ def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Fie
     at, stage = combine_stage(pipeline)
     owners = input_stages(pipeline)
     after = tuple(owner > at for owner in owners)
+    if any(isinstance(s, ZipWith) and s.constant_along for s in pipeline.stages):
+        _check_constant_along(pipeline, tuple((tuple(t.shape), t.dtype) for t in tensors))
     shape = _broadcast_inputs(pipeline, tensors, after, owners)
     folded = _folded_stages(pipeline)
     axes = _same_axes(folded, len(shape))
@@ -405,6 +407,34 @@ def _check_folded_streams(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, .
                                    "computed from only some of the inputs keeps their shape, as in torch); the kernel "
                                    "folds the broadcast. Broadcast it in the function (where(x == x, y, y)), or "
                                    "fold it in a separate pipeline", stage.location)
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_constant_along(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], torch.dtype], ...]) -> None:
+    """Each input a zip_with with ``constant_along`` brings in has size 1 along those axes of the stream it joins
+    (the broadcast of the stream's fields; of the stage's inputs for a first stage), a missing leading axis
+    counting as size 1. Checked before the inputs are broadcast, so that a target missing its class axis is told
+    so rather than that it does not broadcast."""
+    owners = input_stages(pipeline)
+    metas = [torch.empty(size, dtype=dtype, device="meta") for size, dtype in inputs]
+    for at, stage in enumerate(pipeline.stages):
+        if not (isinstance(stage, ZipWith) and stage.constant_along):
+            continue
+        stream = evaluate_fields(PipelineIR(pipeline.stages[:at]), [m for m, o in zip(metas, owners) if o < at]) \
+            if at else []
+        joining = [(i, m) for i, (m, o) in enumerate(zip(metas, owners)) if o == at]
+        full = torch.broadcast_shapes(*(t.shape for t in (stream or [m for _, m in joining])))
+        for axis in stage.constant_along:
+            if not -len(full) <= axis < len(full):
+                raise AxisError(f"constant_along={axis} is out of range for the stream of shape {tuple(full)} this "
+                                f"zip_with joins; use an axis in [{-len(full)}, {len(full) - 1}]", stage.location)
+            for i, m in joining:
+                size = (1,) * (len(full) - m.dim()) + tuple(m.shape)
+                if size[axis % len(full)] != 1:
+                    raise ShapeError(f"input {i} of shape {tuple(m.shape)} must have size 1 along axis {axis} of the "
+                                     f"stream {tuple(full)} it joins (constant_along={axis}), so that it broadcasts "
+                                     f"along that axis: keep the axis, as target[:, None] keeps the class axis of a "
+                                     "(N,) target", stage.location)
 
 
 @functools.lru_cache(maxsize=4096)

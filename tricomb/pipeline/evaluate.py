@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 
 from ..errors import AxisError, StageError, TricombError
-from ..scalar.builtins import INDEX, OPS
+from ..scalar.builtins import COORDINATES, INDEX, OPS
 from ..scalar.dtypes import typed_identity
 from ..scalar.ir import Function, JitCall, fold
 from .ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
@@ -85,6 +85,10 @@ def coordinate(axis: int, args: list) -> torch.Tensor:
     return along.view([-1 if d == axis else 1 for d in range(len(shape))]).expand(shape)
 
 
+def _shape_of(args: list) -> tuple[int, ...]:
+    return tuple(torch.broadcast_shapes(*(a.shape for a in args if isinstance(a, torch.Tensor))))
+
+
 def evaluate_function(fn: Function, args: list, after_op: OpHook = _identity) -> list[torch.Tensor]:
     """``fn``'s outputs computed by torch from the tensors ``args``; ``after_op`` is applied to each op's result."""
     def on_call(expr, operands):
@@ -92,6 +96,8 @@ def evaluate_function(fn: Function, args: list, after_op: OpHook = _identity) ->
             return after_op(_jit_call(expr, operands))
         if expr.op == INDEX.name:
             return coordinate(operands[0], args)
+        if expr.op in COORDINATES:  # the expand pass's rewrite of index: its dtype, shape and device as index's
+            return torch.zeros_like(coordinate(-1, args)) if _shape_of(args) else torch.zeros((), dtype=torch.int64)
         if not any(isinstance(o, torch.Tensor) for o in operands):
             operands[0] = torch.tensor(operands[0])
         return after_op(OPS[expr.op].torch(*operands))

@@ -26,11 +26,14 @@ class Map:
 class ZipWith:
     """Combine the stream with ``fn.arity - 1`` new inputs, elementwise, after broadcasting.
 
-    As the first stage of a pipeline it takes ``fn.arity`` inputs and no stream.
+    As the first stage of a pipeline it takes ``fn.arity`` inputs and no stream. ``constant_along``: axes of the
+    stream along which each new input must have size 1 (a ``(N, 1)`` target beside ``(N, C)`` logits), checked
+    when the pipeline is called; a ``(N,)`` one would broadcast along the other axis.
     """
 
     fn: Function
     location: Location | None = field(default=None, compare=False)
+    constant_along: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,7 +88,9 @@ def stage_text(stage: Stage) -> str:
     if isinstance(stage, Map):
         return f"map {function_text(stage.fn)}"
     if isinstance(stage, ZipWith):
-        return f"zip_with {function_text(stage.fn)}"
+        along = stage.constant_along
+        text = f"zip_with {function_text(stage.fn)}"
+        return text if not along else text + _args(constant_along=along[0] if len(along) == 1 else along)
     if isinstance(stage, Attach):
         inner = stage.pipeline
         return f"attach {stage_text(inner.stages[0])}" if len(inner.stages) == 1 else \
