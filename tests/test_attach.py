@@ -218,6 +218,40 @@ def attach_cases(draw):
     return pipe, x, plan
 
 
+@st.composite
+def cross_entropy_cases(draw):
+    """Logits (N, C) or (N, C, d) with NaN and infinities in any layout, targets in range, ignored or out of it,
+    label smoothing or none, both plans."""
+    n, c = draw(st.integers(0, 9)), draw(st.integers(1, 19))
+    shape = (n, c) + ((draw(st.integers(1, 3)),) if draw(st.booleans()) else ())
+    x = draw(laid_out(draw(tensors(shape, draw(st.sampled_from([torch.float32, torch.float64]))))))
+    ignore = draw(st.sampled_from([-100, 0, c - 1]))
+    t = draw(st.lists(st.sampled_from([ignore, -1, c] + list(range(c))), min_size=math.prod(shape) // c,
+                      max_size=math.prod(shape) // c))
+    t = torch.tensor(t, dtype=torch.int64).reshape((n,) + shape[2:])
+    smoothing = draw(st.sampled_from([0.0, 0.3]))
+    return x, t, ignore, smoothing, draw(st.sampled_from(PLANS))
+
+
+@given(cross_entropy_cases())
+def test_random_cross_entropy_is_torch_cross_entropy(case):
+    """torch's F.cross_entropy(reduction="none") in float64, a target outside [0, C) that is not ignored being
+    NaN here (torch raises for it)."""
+    x, t, ignore, smoothing, plan = case
+    note(f"{tuple(x.shape)} {x.dtype} strides {x.stride()}, targets {t.tolist()}, ignore {ignore}, "
+         f"smoothing {smoothing}, plan {plan}")
+    c = x.shape[1]
+    bad = (t != ignore) & ((t < 0) | (t >= c))
+    want = F.cross_entropy(x.double(), torch.where(bad, ignore, t), reduction="none", ignore_index=ignore,
+                           label_smoothing=smoothing)
+    want = torch.where(bad, math.nan, want)
+    pipe = L.cross_entropy(reduction="none", ignore_index=ignore, label_smoothing=smoothing)
+    for device in DEVICES:
+        with schedule_overrides(**plan):
+            got = pipe(x.to(device), t.unsqueeze(1).to(device))
+        torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 @given(attach_cases())
 def test_random_attach_pipelines_match_torch(case):
     """Shapes of rank 0 to 3 (length-1, non-power-of-2 and empty sides), any axis or axes, float dtypes, NaN
