@@ -62,9 +62,7 @@ def _fold_max_first(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[
     each element's share at that maximum, joined to the accumulators by the pair combine. (A NaN element, which
     the maximum skips, makes its share and so the sum NaN; the maximum is then made NaN too, as the pair
     combine's would be: for a declared share by the NaN sum, which is NaN exactly where an element is, for a
-    derived one by a maximum that keeps NaN.) A declared pair followed by sums
-    (:func:`~tricomb.pipeline.online.with_sums`) adds each of the element's further values to its lane of a
-    tile-shaped accumulator (:attr:`~tricomb.lower.segments.TileReduce.lanes`), folded once after the loop."""
+    derived one by a maximum that keeps NaN.)"""
     w.comment("the tile taken in max first (the operator's share): per row its largest element, then the")
     w.comment("sum of each element's share at that maximum, joined to the row's pair by the combine")
     w.line(f"element = tl.where(mask, {to_accumulator(fold, values[0], 0)}, {identity_text(fold, 0)})")
@@ -73,18 +71,13 @@ def _fold_max_first(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[
     share = emit_function(w, ctx, fold.share, args, "[BLOCK_M, BLOCK_K]")[0]
     w.line(f"share = tl.where(mask, {share.text}, {identity_text(fold, 1)}).to({acc_type(fold, 1)})")
     w.line("tile_sum = tl.reduce(share, 1, tl.standard._sum_combine)")
-    for j, value in zip(fold.lanes, values[1:]):  # the sums a declared pair carries after it, lane by lane
-        w.line(f"{accs[j]} = {accs[j]} + tl.where(mask, {to_accumulator(fold, value, j)}, {identity_text(fold, j)})")
     if fold.declared:
         w.line("tile_max = tl.where(tile_sum != tile_sum, tile_sum, tile_max)",
                comment="a NaN element: the maximum skipped it, the pair is NaN")
     else:
         w.line("tile_max = tc_extreme_over(element, 1, True)",
                comment="NaN where an element is (a derived share may be NaN at a number too)")
-    pair, sums = accs[:2], accs[2:]
-    none = ["0.0"] * len(sums)  # (the sums are added lane by lane above)
-    unused = [f"unused{j}" for j in fold.lanes]
-    w.line(f"{', '.join(pair + unused)} = {combine}({', '.join(pair + none + ['tile_max', 'tile_sum'] + none)})")
+    w.line(f"{', '.join(accs)} = {combine}({', '.join(accs)}, tile_max, tile_sum)")
 
 
 def after_fold(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: Fold, names: list[str], address, mask: str,
@@ -134,16 +127,13 @@ def row_totals(w: Writer, fold: TileReduce, accs: list[str], combine: str, base:
     """Each row's total (named from ``base``) from the accumulators ``accs`` of ``fold`` after its loop: the
     per-row value (the identity for rows past ``M``), or the tile's lanes folded."""
     totals = fields(base, fold.width)
-    if not fold.per_row:
+    if fold.per_row:
+        for j, (t, acc) in enumerate(zip(totals, accs)):
+            w.line(f"{t} = tl.where(row_mask, {acc}, {identity_text(fold, j)})",
+                   comment="one use of the loop's result (Triton 3.6's thread-locality pass asserts it)" if j == 0
+                   else None)
+    else:
         w.line(f"{', '.join(totals)} = {reduce_tile(fold, accs, combine)}")
-        return totals
-    for j, (t, acc) in enumerate(zip(totals, accs)):
-        if j in fold.lanes:  # a declared pair's sum, kept lane by lane
-            w.line(f"{t} = tl.where(row_mask, tl.reduce({acc}, 1, tl.standard._sum_combine), {identity_text(fold, j)})")
-            continue
-        w.line(f"{t} = tl.where(row_mask, {acc}, {identity_text(fold, j)})",
-               comment="one use of the loop's result (Triton 3.6's thread-locality pass asserts it)" if j == 0
-               else None)
     return totals
 
 
@@ -151,8 +141,8 @@ def start_accumulators(w: Writer, fold: TileReduce, base: str = "acc", lanes: st
     """The accumulators of ``fold`` (named from ``base``), filled with its identity: one value per row, or one
     per lane of a tile of ``lanes`` columns."""
     accs = fields(base, fold.width)
+    shape = "[BLOCK_M]" if fold.per_row else f"[BLOCK_M, {lanes}]"
     for j, acc in enumerate(accs):
-        shape = f"[BLOCK_M, {lanes}]" if j in fold.lanes else "[BLOCK_M]"
         w.line(f"{acc} = tl.full({shape}, {identity_text(fold, j)}, {acc_type(fold, j)})")
     return accs
 

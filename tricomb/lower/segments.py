@@ -94,15 +94,6 @@ class TileReduce(_Fold):
         commute folds in order, and an online normalizer's pair folds whole tiles (``share``)."""
         return self.ordered or self.share is not None
 
-    @property
-    def lanes(self) -> tuple[int, ...]:
-        """The fields accumulated lane by lane, in tile-shaped accumulators folded once a row after the loop:
-        every field of a fold not per row; the sums after a declared pair (:func:`~tricomb.pipeline.online.
-        with_sums`), which so add no reduction across the tile to each step; none of a fold in order."""
-        if not self.per_row:
-            return tuple(range(self.width))
-        return tuple(range(2, self.width)) if self.share is not None else ()
-
 
 @dataclass(frozen=True, slots=True)
 class TileScan(_Fold):

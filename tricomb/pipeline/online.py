@@ -9,7 +9,6 @@ live here, below both.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 
 from ..scalar.trace import BUILTINS, to_function
@@ -62,25 +61,3 @@ def taking(fn, n: int):
     fn.__signature__ = inspect.Signature([inspect.Parameter(f"f{i}", inspect.Parameter.POSITIONAL_ONLY)
                                           for i in range(n)])
     return fn
-
-
-@functools.lru_cache(maxsize=None)
-def with_sums(k: int) -> tuple:
-    """The online normalizer's pair followed by ``k`` sums, for one pass over a row that also adds up ``k``
-    values of each element (cross-entropy's picked logit): ``(lift, operator, identity)``. The lift takes an
-    element and its ``k`` values to ``(x, 1, a_1, ..., a_k)``; the operator is the pair's on fields 0 and 1 and
-    addition on the rest, so associative and commutative as both are. Declared with the pair's share: a tile
-    folds as its maximum, the sum of the shares and the sum of each value, one ``exp`` an element."""
-    def lift(x, *values):
-        return (*_log_sum_exp_lift(x), *values)
-
-    def combine(*fields):
-        left, right = fields[:k + 2], fields[k + 2:]
-        return (*_log_sum_exp(left[0], left[1], right[0], right[1]), *(a + b for a, b in zip(left[2:], right[2:])))
-
-    lifted = as_lambda(taking(lift, k + 1), "the log-sum-exp lift with sums")
-    operator = as_lambda(taking(combine, 2 * (k + 2)), "the log-sum-exp operator with sums")
-    identity = IDENTITY + (0.0,) * k
-    declare_laws(operator, identity, Laws(True, True))
-    declare_share(lifted, operator, identity, SHARE)
-    return lifted, operator, identity

@@ -87,8 +87,7 @@ def declare_share(lift: Function, op: Function, identity, share: Function) -> No
     over registers: ``M``, its largest element, then ``S``, the sum of ``share(M, x)`` (``M`` made NaN where
     ``S`` is); ``(M, S)`` joins the accumulator by ``op``, which still merges programs. One exp per element,
     where lifting each element and combining pairs costs two (Milakov and Gimelshein, "Online normalizer
-    calculation for softmax", 2018). ``op`` may carry sums after the pair (fields 2.. of ``op`` the sums of
-    the two sides' fields, and ``lift(x, a...)`` passing ``a`` on as fields 2..): a tile adds those up too."""
+    calculation for softmax", 2018)."""
     _SHARES[lift, op, identity] = share
 
 
