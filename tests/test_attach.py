@@ -152,12 +152,16 @@ def test_cross_entropy_reads_a_long_row_once():
 
 def test_cross_entropy_takes_torch_targets_of_any_integer_dtype(device):
     """uint8 targets: class 156 is not the default ignore_index -100 (which wraps to 156 in uint8), nor class 44
-    an ignore_index of 300."""
+    an ignore_index of 300; and an int64 target is ignore_index only when equal to it, not within float32's
+    rounding of it."""
     x = torch.randn(2, 160).to(device)
     t = torch.tensor([156, 44], dtype=torch.uint8).to(device)
     for ignore in (-100, 300):
         want = F.cross_entropy(x.cpu(), t.cpu().long(), reduction="none", ignore_index=ignore)
         torch.testing.assert_close(L.cross_entropy(reduction="none", ignore_index=ignore)(x, t[:, None]).cpu(), want)
+    big = torch.tensor([[2 ** 24], [1]]).to(device)  # 2**24 and 2**24 + 1 are one float32: not ignored, out of range
+    got = L.cross_entropy(reduction="none", ignore_index=2 ** 24 + 1)(x, big).cpu()
+    assert got[0].isnan() and not got[1].isnan()
 
 
 def test_cross_entropy_refuses_targets_without_the_class_axis(device):

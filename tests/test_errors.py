@@ -494,3 +494,13 @@ def test_an_input_declared_constant_along_an_axis_must_have_size_1_there(device)
         tc.zip_with(tc.mul, constant_along=1.0)
     with pytest.raises(tc.ParseError, match="'along' is not an argument of zip_with"):
         tc.parse("map exp | zip_with mul(along=1)")
+    grows = tc.map(tc.exp) >> tc.zip_with(tc.add, constant_along=-1)  # an input of more axes aligns from the right
+    assert grows(torch.randn(4, device=device), torch.randn(2, 1, device=device)).shape == (2, 4)
+    with pytest.raises(tc.ShapeError, match=r"input 1 of shape \(1, 4\) must have size 1 along axis -1"):
+        grows(torch.randn(4, device=device), torch.randn(1, 4, device=device))
+    with pytest.raises(tc.AxisError, match="is 0-d, with no axis"):
+        grows(torch.tensor(1.0, device=device), torch.tensor(2.0, device=device))
+    with pytest.raises(tc.ArgumentError, match="an attached pipeline brings in no input"):
+        tc.attach(tc.zip_with(lambda v: v, constant_along=-1) >> tc.sum(axis=-1))
+    with pytest.raises(tc.ArgumentError, match="brings in no input"):
+        tc.map(tc.exp) >> tc.zip_with(lambda v: v, constant_along=-1)

@@ -159,7 +159,10 @@ def cross_entropy(ignore_index: int = -100, reduction: str = "mean", label_smoot
     long for one tile is read once and then at the target alone, as Liger-Kernel's forward reads it.
     The result has the targets' shape without the class axis, in the logits' dtype (half types computed in
     float32). A target out of ``[0, C)`` that is not ``ignore_index`` gives NaN for its row (torch raises; a
-    kernel cannot, and a silent 0 would hide it).
+    kernel cannot, and a silent 0 would hide it). Targets of any integer dtype are compared exactly; a float
+    target, which torch refuses here (its float targets are class probabilities), is taken as a class index, NaN
+    where it is not a whole number in range. Raises :class:`~tricomb.ShapeError` when called with targets that
+    do not keep the class axis at size 1 (torch's ``(N,)`` ones).
 
     ``reduction="none"`` only, for now: the mean and sum over rows need a reduce of the rows' losses after the
     per-row one, which one kernel does not do yet; take ``reduction="none"`` and its ``.sum()``, or for the mean
@@ -196,9 +199,10 @@ def _cross_entropy_rows(ignore_index: int, smoothing: float, axis: int) -> api.P
 
     def terms(v, m, s, *mean_and_target):
         *mean, t = mean_and_target
-        # compared as floats: t == ignore_index in t's own dtype would wrap ignore_index (-100 is 156 in uint8);
-        # exact for targets below 2**24, and no class index rounds to a negative ignore_index
-        ignored = t + 0.0 == float(ignore_index)
+        # t == ignore_index is taken in t's own dtype, wrapping an ignore_index out of its range (-100 is 156 in
+        # uint8), and the float compare rounds above 2**24; a target equal both ways is ignore_index itself (a
+        # wrapped one differs from t by 2**8 or more, which float32 tells apart below 2**31)
+        ignored = (t == ignore_index) & (t + 0.0 == float(ignore_index))
         at = index(axis) == where(ignored, 0, t)
         loss = log(s) - kept * (v - m) - smoothing * (mean[0] - m) if mean else log(s) - (v - m)
         return where(at, where(ignored, 0.0, loss), 0.0), where(at, where(ignored, -1.0, 1.0), 0.0)

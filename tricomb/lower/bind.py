@@ -425,12 +425,15 @@ def _check_constant_along(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, .
         joining = [(i, m) for i, (m, o) in enumerate(zip(metas, owners)) if o == at]
         full = torch.broadcast_shapes(*(t.shape for t in (stream or [m for _, m in joining])))
         for axis in stage.constant_along:
+            if not full:
+                raise AxisError(f"constant_along={axis}: the stream this zip_with joins is 0-d, with no axis",
+                                stage.location)
             if not -len(full) <= axis < len(full):
                 raise AxisError(f"constant_along={axis} is out of range for the stream of shape {tuple(full)} this "
                                 f"zip_with joins; use an axis in [{-len(full)}, {len(full) - 1}]", stage.location)
             for i, m in joining:
-                size = (1,) * (len(full) - m.dim()) + tuple(m.shape)
-                if size[axis % len(full)] != 1:
+                k = axis % len(full) - len(full) + m.dim()  # the input's own axis, aligned from the right
+                if k >= 0 and m.shape[k] != 1:
                     raise ShapeError(f"input {i} of shape {tuple(m.shape)} must have size 1 along axis {axis} of the "
                                      f"stream {tuple(full)} it joins (constant_along={axis}), so that it broadcasts "
                                      f"along that axis: keep the axis, as target[:, None] keeps the class axis of a "

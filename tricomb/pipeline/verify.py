@@ -187,6 +187,9 @@ def _check_function(stage: Stage, index: int, width: int) -> None:
             f"give it {width} parameters, one per field"
         raise ArityError(f"map's function {fn.name!r} takes {fn.arity} arguments but map passes {passes}; {fix}",
                          stage.location)
+    if isinstance(stage, ZipWith) and stage.constant_along and index > 0 and fn.arity <= width:
+        raise ArgumentError(f"zip_with's function {fn.name!r} brings in no input (it takes the stream's {width} "
+                            "field(s) only), so constant_along has nothing to check; drop it", stage.location)
     if isinstance(stage, ZipWith) and fn.arity < width + 1:
         need = "at least one argument" if index == 0 else \
             f"at least {width + 1} arguments (the stream's {width} field(s) and a new input)"
@@ -257,6 +260,10 @@ def _check_attach(stage: Attach, width: int, combines: list[Stage]) -> None:
         raise UnsupportedError("an attached pipeline is a reduction without an attach of its own, but this one holds "
                                "one (tc.library.softmax and cross_entropy do); attach a reduction (for softmax's: "
                                "softmax_denominators), or attach each reduction on its own", stage.location)
+    if any(isinstance(s, ZipWith) and s.constant_along for s in stages):
+        raise ArgumentError("a zip_with of an attached pipeline has constant_along, but an attached pipeline brings "
+                            "in no input for it to check; give constant_along to the zip_with that brings the input "
+                            "in, after the attach", stage.location)
     if any(isinstance(s, Scan) for s in stages):
         raise UnsupportedError("an attached pipeline holds one reduce and no scan, but this one holds a scan; a scan "
                                "with an attach is not compiled yet: split the pipeline", stage.location)
