@@ -180,9 +180,7 @@ def _one_hot(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, 
     w.line("at = tl.where(found, at, 0)")
     offsets = emit_offsets(w, "at", rows.reduced, p.slots, "k", k_coords := {})
     emit_coordinates(w, p, "in", [(rows.coords, "[:, None]"), (k_coords, "")], "[BLOCK_M, 1]")
-    once = row_slots(p)
-    address = {s.name: f"{rows.offsets[s.name]}[:, None]" if s.name in once else
-               f"({rows.offsets[s.name]}[:, None] + {offsets[s.name]})" for s in p.slots}
+    address = tile_address(rows.offsets, offsets, p.slots, row_slots(p), along="")
     w.line("mask = found")
     n = len(p.folds) - 1
     accs = {n: _start(w, n, p.folds[n], lanes="1")}
@@ -253,7 +251,7 @@ def emit_attach_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
     row after either. ``combines`` names each fold's combine function: ``p``'s, then the long rows' plan's."""
     kept, reduced = split_groups(p)
     long = p.long_rows or p
-    hot = p.one_hot is not None and p.long_rows is None  # (both branches then leave the same row results)
+    hot = p.one_hot is not None
     whole, swept = combines[:len(p.folds)], combines[len(p.folds):] or combines
     program_ids(w, ["pid_m"])
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")

@@ -31,10 +31,12 @@ def split_groups(p: KernelPlan) -> tuple[list[int], list[int]]:
     return kept, reduced
 
 
-def tile_address(rows: dict[str, str], ks: dict[str, str], slots, once: frozenset[str] = frozenset()) -> dict[str, str]:
-    """Each slot's offsets for a tile of rows by positions along them: a column for a slot in ``once`` (constant
-    along the row: :func:`~tricomb.codegen.kernel.row_slots`)."""
-    return {s.name: f"{rows[s.name]}[:, None]" if s.name in once else f"({rows[s.name]}[:, None] + {ks[s.name]}[None, :])"
+def tile_address(rows: dict[str, str], ks: dict[str, str], slots, once: frozenset[str] = frozenset(),
+                 along: str = "[None, :]") -> dict[str, str]:
+    """Each slot's offsets for a tile of rows by positions along them (``ks``, laid along the tile by ``along``:
+    nothing for positions that already have a row each): a column for a slot in ``once`` (constant along the
+    row: :func:`~tricomb.codegen.kernel.row_slots`)."""
+    return {s.name: f"{rows[s.name]}[:, None]" if s.name in once else f"({rows[s.name]}[:, None] + {ks[s.name]}{along})"
             for s in slots}
 
 

@@ -249,7 +249,7 @@ class AttachKernel(KernelStrategy):
         tiles = f"tiles of {cfg['BLOCK_M']} x {cfg['BLOCK_K']}"
         if K <= cfg["BLOCK_K"]:
             return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row read once, held on chip"]
-        if _reads_one_element(self.plan):
+        if self.plan.one_hot is not None:
             sweeps = sum(f.attached for f in self.plan.folds)
             return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row swept {sweeps} "
                     f"time{'s' if sweeps > 1 else ''}, then read at its one position"]
@@ -270,16 +270,10 @@ class AttachKernel(KernelStrategy):
         if p.long_rows is not None:
             lines.append("  a longer row takes the one-pass form of a maximum, then a sum of exp(v - m): one attach of "
                          "the online normalizer's pairs, one sweep fewer (docs/design.md)")
-        if _reads_one_element(p):
+        if p.one_hot is not None:
             lines.append("  the reduce after the attaches sums terms that are 0 but at one position a row: each row "
                          "is read at that position alone, after the attached folds (docs/design.md)")
         return lines
-
-
-def _reads_one_element(p: KernelPlan) -> bool:
-    """The plan reads the reduce after its attaches at one position a row (``p.one_hot``; the emitter takes it
-    where the long rows keep the plan's own form)."""
-    return p.one_hot is not None and p.long_rows is None
 
 
 _STRATEGIES: dict[type, type[KernelStrategy]] = {TileReduce: ReduceKernel, TileScan: ScanKernel}

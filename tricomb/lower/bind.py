@@ -386,6 +386,16 @@ def _order_stage(folded: list[Reduce | Scan]) -> Reduce | Scan | None:
     return (ordered or folded or [None])[0]
 
 
+def _entering(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], torch.dtype], ...], at: int):
+    """Meta tensors of the stream's fields entering stage ``at`` (none for the first stage), and the inputs it
+    brings in, as ``(index, meta tensor)``; ``inputs`` gives each input's shape and dtype."""
+    owners = input_stages(pipeline)
+    metas = [torch.empty(size, dtype=dtype, device="meta") for size, dtype in inputs]
+    before = [m for m, owner in zip(metas, owners) if owner < at]
+    stream = evaluate_fields(PipelineIR(pipeline.stages[:at]), before) if at else []
+    return stream, [(i, m) for i, (m, owner) in enumerate(zip(metas, owners)) if owner == at]
+
+
 @functools.lru_cache(maxsize=4096)
 def _check_folded_streams(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, ...], torch.dtype], ...],
                           shape: tuple[int, ...]) -> None:
@@ -394,13 +404,10 @@ def _check_folded_streams(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, .
     smaller in torch's meaning, and folding it over the broadcast would count its elements more than once.
     ``inputs``: each input's shape and dtype. (Cached as :func:`result_fields` is: a repeated call runs no torch
     op.)"""
-    owners = input_stages(pipeline)
     for at, stage in enumerate(pipeline.stages):
         if at == 0 or not isinstance(stage, (Reduce, Scan, Attach)):
             continue
-        metas = [torch.empty(size, dtype=dtype, device="meta") for (size, dtype), owner in zip(inputs, owners)
-                 if owner < at]
-        entering = torch.broadcast_shapes(*(f.shape for f in evaluate_fields(PipelineIR(pipeline.stages[:at]), metas)))
+        entering = torch.broadcast_shapes(*(f.shape for f in _entering(pipeline, inputs, at)[0]))
         if tuple(entering) != tuple(shape):
             raise UnsupportedError(f"the stream entering this {_STAGE_NAMES[type(stage)]} has shape "
                                    f"{tuple(entering)}, smaller than its inputs' broadcast {tuple(shape)} (a field "
@@ -415,14 +422,10 @@ def _check_constant_along(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, .
     (the broadcast of the stream's fields; of the stage's inputs for a first stage), a missing leading axis
     counting as size 1. Checked before the inputs are broadcast, so that a target missing its class axis is told
     so rather than that it does not broadcast."""
-    owners = input_stages(pipeline)
-    metas = [torch.empty(size, dtype=dtype, device="meta") for size, dtype in inputs]
     for at, stage in enumerate(pipeline.stages):
         if not (isinstance(stage, ZipWith) and stage.constant_along):
             continue
-        stream = evaluate_fields(PipelineIR(pipeline.stages[:at]), [m for m, o in zip(metas, owners) if o < at]) \
-            if at else []
-        joining = [(i, m) for i, (m, o) in enumerate(zip(metas, owners)) if o == at]
+        stream, joining = _entering(pipeline, inputs, at)
         full = torch.broadcast_shapes(*(t.shape for t in (stream or [m for _, m in joining])))
         for axis in stage.constant_along:
             if not full:
@@ -446,15 +449,12 @@ def _check_indexed_stages(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, .
     """A stage before the first fold whose function reads ``index(axis)`` spans the iteration space ``shape``
     along that axis: where its arguments have size 1 there and a later input broadcasts the stream, torch's
     coordinate is 0 but the kernel's would run along the broadcast. ``inputs``: each input's shape and dtype."""
-    owners = input_stages(pipeline)
     at_fold, _ = combine_stage(pipeline)
     for at, stage in enumerate(pipeline.stages[:at_fold]):
         if not isinstance(stage, (Map, ZipWith)) or not index_axes(stage.fn):
             continue
-        metas = [torch.empty(size, dtype=dtype, device="meta") for size, dtype in inputs]
-        before = [m for m, owner in zip(metas, owners) if owner < at]
-        stream = evaluate_fields(PipelineIR(pipeline.stages[:at]), before) if at else []
-        args = torch.broadcast_shapes(*(t.shape for t in stream + [m for m, o in zip(metas, owners) if o == at]))
+        stream, joining = _entering(pipeline, inputs, at)
+        args = torch.broadcast_shapes(*(t.shape for t in stream + [m for _, m in joining]))
         for axis in index_axes(stage.fn):
             size = args[axis] if -len(args) <= axis < len(args) else None
             full = shape[axis % len(args) + len(shape) - len(args)] if size is not None else None

@@ -50,7 +50,8 @@ class KernelPlan:
     compute_dtype: torch.dtype  # widest float compute dtype of the inputs (half types computed in float32)
     segments: tuple[Segment, ...]
     long_rows: "KernelPlan | None" = None  # for rows swept in tiles, when they take another form (derive.py)
-    one_hot: OneHot | None = None  # the reduce after attaches read at one position a row (derive.one_hot)
+    one_hot: OneHot | None = None  # the reduce after attaches read at one position a row (derive.one_hot), where
+    # ``long_rows`` is None
 
     @property
     def num_kernels(self) -> int:
@@ -134,7 +135,10 @@ def plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding) -> KernelP
         known = {id(pipeline.stages[at]): c for at, c in zip(_fold_positions(pipeline), commutes)}
         long_rows = _plan(derived, written, binding,
                           tuple(known.get(id(derived.stages[at]), True) for at in _fold_positions(derived)))
-    return dataclasses.replace(_plan(pipeline, written, binding, commutes), long_rows=long_rows)
+    base = _plan(pipeline, written, binding, commutes)
+    # the one-hot read follows the attached folds of either branch, which leave the same row results only when
+    # the long rows keep the plan's own form
+    return dataclasses.replace(base, long_rows=long_rows, one_hot=base.one_hot if long_rows is None else None)
 
 
 def _plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding, commutes: tuple[bool, ...]) -> KernelPlan:

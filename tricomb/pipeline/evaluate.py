@@ -71,7 +71,7 @@ def _jit_call(expr: JitCall, operands: list) -> torch.Tensor:
 
 def coordinate(axis: int, args: list) -> torch.Tensor:
     """``index(axis)`` in a function of ``args``: each element's int64 coordinate along ``axis`` of the shape the
-    tensors among ``args`` broadcast to. Raises IndexError for an axis out of range."""
+    tensors among ``args`` broadcast to. Raises AxisError for an axis out of range, or for 0-d arguments."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     shape = torch.broadcast_shapes(*(t.shape for t in tensors))
     if not shape:
@@ -85,8 +85,12 @@ def coordinate(axis: int, args: list) -> torch.Tensor:
     return along.view([-1 if d == axis else 1 for d in range(len(shape))]).expand(shape)
 
 
-def _shape_of(args: list) -> tuple[int, ...]:
-    return tuple(torch.broadcast_shapes(*(a.shape for a in args if isinstance(a, torch.Tensor))))
+def _coordinate_leaf(args: list) -> torch.Tensor:
+    """The expand pass's rewrite of ``index`` (a ``coordinate_<phase>`` leaf, whose values exist in a kernel
+    alone): int64 zeros of the shape and on the device of ``args``, as ``index``'s dtype and shape."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    return torch.zeros(torch.broadcast_shapes(*(t.shape for t in tensors)), dtype=torch.int64,
+                       device=tensors[0].device if tensors else None)
 
 
 def evaluate_function(fn: Function, args: list, after_op: OpHook = _identity) -> list[torch.Tensor]:
@@ -96,8 +100,8 @@ def evaluate_function(fn: Function, args: list, after_op: OpHook = _identity) ->
             return after_op(_jit_call(expr, operands))
         if expr.op == INDEX.name:
             return coordinate(operands[0], args)
-        if expr.op in COORDINATES:  # the expand pass's rewrite of index: its dtype, shape and device as index's
-            return torch.zeros_like(coordinate(-1, args)) if _shape_of(args) else torch.zeros((), dtype=torch.int64)
+        if expr.op in COORDINATES:
+            return _coordinate_leaf(args)
         if not any(isinstance(o, torch.Tensor) for o in operands):
             operands[0] = torch.tensor(operands[0])
         return after_op(OPS[expr.op].torch(*operands))
