@@ -65,9 +65,12 @@ def test_tuple_operators_need_a_tuple_stream_and_a_tuple_identity():
         pairs >> tc.cumsum()
 
 
-def test_second_reduce_is_rejected_with_a_fix():
+@pytest.mark.parametrize("build", [lambda: tc.sum(axis=0) >> tc.cumsum(), lambda: tc.cumsum() >> tc.sum() >> tc.max(),
+                                   lambda: tc.sum(axis=0) >> tc.max() >> tc.sum()], ids=["scan after a reduce", "after a scan and a reduce", "third fold"])
+def test_another_reduce_or_scan_is_rejected_with_a_fix(build):
+    """A reduce may follow a reduce (the reduce over the rows) or a scan (over the scanned axis), nothing more."""
     with pytest.raises(tc.UnsupportedError, match="Split it into two pipelines"):
-        tc.sum(axis=0) >> tc.max()
+        build()
 
 
 def test_composing_with_a_function_says_wrap_it():

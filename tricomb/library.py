@@ -12,7 +12,7 @@ import inspect
 import numbers
 
 from . import api
-from .errors import ArgumentError, UnsupportedError, caller_location
+from .errors import ArgumentError, caller_location
 from .pipeline import online
 from .pipeline.operators import Laws, declare_laws
 from .scalar.trace import BUILTINS
@@ -164,11 +164,12 @@ def cross_entropy(ignore_index: int = -100, reduction: str = "mean", label_smoot
     where it is not a whole number in range. Raises :class:`~tricomb.ShapeError` when called with targets that
     do not keep the class axis at size 1 (torch's ``(N,)`` ones).
 
-    ``reduction="none"`` only, for now: the mean and sum over rows need a reduce of the rows' losses after the
-    per-row one, which one kernel does not do yet; take ``reduction="none"`` and its ``.sum()``, or for the mean
-    ``.sum() / (target != ignore_index).sum()``. Raises :class:`~tricomb.ArgumentError` for an unknown reduction,
-    a smoothing outside [0, 1] or an axis or ignore_index that is not an int, and
-    :class:`~tricomb.UnsupportedError` for ``"mean"`` and ``"sum"``."""
+    ``reduction``: ``"none"``, each row's loss; ``"sum"``, their sum; ``"mean"``, their sum over the rows whose
+    target is not ``ignore_index`` divided by the count of those rows (NaN when every row is ignored), as torch's.
+    The sum and mean are a reduce over the rows in the same kernel: each program sums its rows, the last program
+    the programs' sums, in order (the same result from run to run); a 0-d result. Raises
+    :class:`~tricomb.ArgumentError` for an unknown reduction, a smoothing outside [0, 1] or an axis or
+    ignore_index that is not an int."""
     if reduction not in _REDUCTIONS:
         raise ArgumentError(f"cross_entropy's reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, as "
                             f"torch's, got {reduction!r}", caller_location())
@@ -179,19 +180,20 @@ def cross_entropy(ignore_index: int = -100, reduction: str = "mean", label_smoot
     if smoothing is None or not 0.0 <= smoothing <= 1.0:
         raise ArgumentError(f"cross_entropy's label_smoothing must be a number in [0, 1], as torch's, got "
                             f"{label_smoothing!r}", caller_location())
-    axis = _class_axis(axis)
-    if reduction != "none":
-        raise UnsupportedError(f"cross_entropy(reduction={reduction!r}) needs a reduce over the rows after the "
-                               "per-row one, which one kernel does not do yet: take reduction='none', then its "
-                               ".sum(), or .sum() / (target != ignore_index).sum() for torch's mean",
-                               caller_location())
-    return _cross_entropy_rows(ignore_index, smoothing, axis)
+    rows = _cross_entropy_rows(ignore_index, smoothing, _class_axis(axis))
+    if reduction == "mean":
+        # the rows whose target is a class (hits 1; an ignored row's are -1) counted as integers: exact, and the
+        # loss's dtype is the mean's (a float divided by an integer keeps its dtype in torch's promotion)
+        return (rows >> api.map(lambda loss, hits: (where(hits == 0.0, _NAN, loss), where(hits > 0.0, 1, 0)))
+                >> api.reduce(_SUMS, identity=(0.0, 0)) >> api.map(lambda total, count: total / count))
+    losses = rows >> api.map(lambda loss, hits: where(hits == 0.0, _NAN, loss))
+    return losses if reduction == "none" else losses >> api.sum()
 
 
 def _cross_entropy_rows(ignore_index: int, smoothing: float, axis: int) -> api.Pipeline:
-    """Each row's loss: the softmax denominators ``(m, s)`` attached (and with smoothing the row's mean), then
-    per element its term at the row's one position ``p`` (the target, or 0 on an ignored row) and a hit (1, or
-    -1 on an ignored row), summed. ``log(s) - (x - m)`` is torch's ``-log_softmax``, NaN where a row holds NaN or
+    """Each row's loss and hits: the softmax denominators ``(m, s)`` attached (and with smoothing the row's mean),
+    then per element its term at the row's one position ``p`` (the target, or 0 on an ignored row) and a hit (1,
+    or -1 on an ignored row), summed: a row's hits are 0 where its target is out of range. ``log(s) - (x - m)`` is torch's ``-log_softmax``, NaN where a row holds NaN or
     ``+inf``, or only ``-inf``, as torch's. The sums are of one position a row, so the planner reads a long row
     once and that element alone after it (:func:`~tricomb.lower.derive.one_hot`)."""
     index = BUILTINS["index"]
@@ -211,8 +213,7 @@ def _cross_entropy_rows(ignore_index: int, smoothing: float, axis: int) -> api.P
     if smoothing > 0.0:
         stream = stream >> api.attach(api.map(lambda v, m, s: v) >> api.mean(axis=axis))
     per_element = online.as_lambda(online.taking(terms, 4 if smoothing == 0.0 else 5), "cross_entropy's terms")
-    return (stream >> api.zip_with(per_element, constant_along=axis) >> api.reduce(_SUMS, axis=axis, identity=(0.0, 0.0))
-            >> api.map(lambda loss, hits: where(hits == 0.0, _NAN, loss)))
+    return stream >> api.zip_with(per_element, constant_along=axis) >> api.reduce(_SUMS, axis=axis, identity=(0.0, 0.0))
 
 
 def _eps(eps, name: str) -> float:

@@ -21,6 +21,7 @@ from ..lower.segments import Attach, Elementwise, Store, TileReduce
 from ..pipeline.printer import stage_text
 from .combine import accumulate, after_fold, row_totals, split_groups, start_accumulators, tile_address
 from .fold import masked_fields, reduce_tile
+from .rows import emit_rows_reduce
 from .kernel import (POSITION, emit_coordinates, emit_loads, emit_offsets, emit_stages, fields, first_stream,
                      program_ids, row_slots, store, uses_position)
 from .scalar import ScalarContext, Value, emit_function
@@ -133,6 +134,7 @@ class _Rows:
     offsets: dict[str, str]
     coords: dict[int, str]
     reduced: list[int]
+    over_rows: str | None = None  # the combine function of the reduce over the rows, when the plan has one
 
 
 def _tile(w: Writer, p: KernelPlan, rows: _Rows, ks: str) -> dict:
@@ -193,6 +195,9 @@ def _final(w: Writer, ctx: ScalarContext, p: KernelPlan, totals: list[str], rows
     joining there read at the rows' offsets), and the rows stored."""
     fold = p.folds[-1]
     value = after_fold(w, ctx, p, fold, totals, rows.offsets, "row_mask", "[BLOCK_M]")
+    if rows.over_rows is not None:
+        emit_rows_reduce(w, ctx, p, value, rows.over_rows)
+        return
     store(w, ctx, p, p.following(fold, Store), value, rows.offsets, "row_mask")
 
 
@@ -203,7 +208,7 @@ def _whole_row(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str
     accs = {n: _start(w, n, f) for n, f in enumerate(p.folds) if f.per_row}
     address = _tile(w, p, rows, "tl.arange(0, BLOCK_K)")
     one = _Pass(w, ctx, p, combines, address, {}, accs, whole=True)
-    last = max(n for n, f in enumerate(p.folds) if f.attached)
+    last = max((n for n, f in enumerate(p.folds) if f.attached), default=None)
     one.run(last if attached_only else None)
     if attached_only:
         row_results(w, ctx, p, last, one.totals_of(last))
@@ -252,13 +257,17 @@ def emit_attach_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
     kept, reduced = split_groups(p)
     long = p.long_rows or p
     hot = p.one_hot is not None
+    if p.over_rows is not None:
+        *combines, over_rows = combines
+    else:
+        over_rows = None
     whole, swept = combines[:len(p.folds)], combines[len(p.folds):] or combines
     program_ids(w, ["pid_m"])
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
     offsets = emit_offsets(w, "rows", kept, p.slots, "r", coords := {})
     emit_coordinates(w, p, "row", [(coords, "")], "[BLOCK_M]")
-    rows = _Rows(offsets, coords, reduced)
+    rows = _Rows(offsets, coords, reduced, over_rows)
     with w.block("if K <= BLOCK_K:"):
         w.comment("the row is one tile: read once, held on chip through every fold")
         _whole_row(w, ctx, p, whole, rows, attached_only=hot)

@@ -118,7 +118,7 @@ def _finish(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: TileReduce, comb
     the stages after the reduce and the store."""
     totals = row_totals(w, fold, accs, combine)
     with w.block(f"if {split}:"):
-        emit_last_program(w, p.following(fold, Ticket), combine, totals, part, ticket)
+        emit_last_program(w, p.following(fold, Ticket).fold, combine, totals, part, ticket)
     with w.block("else:"):
         w.line("keep = row_mask")
     value = after_fold(w, ctx, p, fold, totals, rows, "keep", "[BLOCK_M]")

@@ -10,7 +10,7 @@ is the order of a tricomb operator's arguments.
 """
 from __future__ import annotations
 
-from ..lower.segments import Fold, Ticket, TileReduce
+from ..lower.segments import Fold, TileReduce
 from ..scalar.builtins import TupleOpSpec
 from ..scalar.dtypes import held_dtype
 from .kernel import fields, scalar_where
@@ -96,30 +96,31 @@ def reduce_tile(fold: TileReduce, tiles: list[str], combine: str) -> str:
 _PARTS = 256  # partials the last program folds per step
 
 
-def emit_last_program(w: Writer, segment: Ticket, combine: str, totals: list[str], part: str,
-                      ticket: str) -> None:
-    """The ticket segment: ``SPLIT`` programs share each row tile, program ``part`` of them holding ``totals``
-    (of the fold before it): each publishes its partial, takes a ticket with an acquire-release atomic, and the
-    program drawing the last ticket combines the partials in index order, ``_PARTS`` at a time (so the result is
-    the same from run to run), and resets the ticket for the next launch. Sets ``keep``: the rows whose totals
-    are final in this program."""
-    fold = segment.fold
+def emit_last_program(w: Writer, fold: TileReduce, combine: str, totals: list[str], part: str, ticket: str,
+                      rows: str = "rows", row_mask: str = "row_mask", split: str = "SPLIT",
+                      block: str = "BLOCK_M") -> None:
+    """The ticket (a :class:`~tricomb.lower.segments.Ticket` after ``fold``, or the cross-program step of a
+    :class:`~tricomb.lower.segments.RowsReduce`): ``split`` programs share each tile of ``block`` rows
+    (``rows``, those in range ``row_mask``), program ``part`` of them holding ``totals``: each publishes its
+    partial, takes ticket ``ticket`` with an acquire-release atomic, and the program drawing the last ticket
+    combines the partials in index order, ``_PARTS`` at a time (so the result is the same from run to run), and
+    resets the ticket for the next launch. Sets ``keep``: the rows whose totals are final in this program."""
     for buffer, value in zip(partial_buffers(fold), totals):
-        w.line(f"tl.store({buffer} + rows * SPLIT + {part}, {value}, mask=row_mask)")
+        w.line(f"tl.store({buffer} + {rows} * {split} + {part}, {value}, mask={row_mask})")
     w.line("tl.debug_barrier()")
     w.line(f'ticket = tl.atomic_add({TICKETS} + {ticket}, 1, sem="acq_rel")')
-    w.line(f"keep = {scalar_where('ticket == SPLIT - 1', 'row_mask', 'False')}")
-    accs = _fold_partials(w, fold, combine)
+    w.line(f"keep = {scalar_where(f'ticket == {split} - 1', row_mask, 'False')}")
+    accs = _fold_partials(w, fold, combine, rows, split, block)
     if fold.ordered:
         for j, (t, acc) in enumerate(zip(totals, accs)):
             w.line(f"{t} = tl.where(keep, {acc}, {identity_text(fold, j)})",
                    comment="one use of the loop's result" if j == 0 else None)
     else:
         w.line(f"{', '.join(totals)} = {reduce_tile(fold, accs, combine)}")
-    w.line(f"tl.atomic_xchg({TICKETS} + {ticket}, 0, mask=ticket == SPLIT - 1)")
+    w.line(f"tl.atomic_xchg({TICKETS} + {ticket}, 0, mask=ticket == {split} - 1)")
 
 
-def _fold_partials(w: Writer, fold: TileReduce, combine: str) -> list[str]:
+def _fold_partials(w: Writer, fold: TileReduce, combine: str, rows: str, split: str, block: str) -> list[str]:
     """In the program holding the last ticket, the partials of each row folded in index order into accumulators
     (returned); in every other program the loop runs no step."""
     # Commutative operators fold the partials into a tile-shaped accumulator, reduced once after the loop (as
@@ -127,14 +128,14 @@ def _fold_partials(w: Writer, fold: TileReduce, combine: str) -> list[str]:
     # once after it fails an assertion in Triton 3.6's thread-locality pass (seen on the H200).
     partials = fields("partial", fold.width)
     accs = fields("part_acc", fold.width)
-    shape = "[BLOCK_M]" if fold.ordered else f"[BLOCK_M, {_PARTS}]"
+    shape = f"[{block}]" if fold.ordered else f"[{block}, {_PARTS}]"
     for j, acc in enumerate(accs):
         w.line(f"{acc} = tl.full({shape}, {identity_text(fold, j)}, {acc_type(fold, j)})")
-    w.line("parts_end = SPLIT * (ticket == SPLIT - 1).to(tl.int32)", comment="only the last program reads partials")
+    w.line(f"parts_end = {split} * (ticket == {split} - 1).to(tl.int32)", comment="only the last program reads partials")
     with w.block(f"for p0 in range(0, parts_end, {_PARTS}):"):
         w.line(f"parts = p0 + tl.arange(0, {_PARTS})")
-        w.line("part_mask = keep[:, None] & (parts < SPLIT)[None, :]")
-        w.line("part_at = rows[:, None] * SPLIT + parts[None, :]")
+        w.line(f"part_mask = keep[:, None] & (parts < {split})[None, :]")
+        w.line(f"part_at = {rows}[:, None] * {split} + parts[None, :]")
         for j, (buffer, partial) in enumerate(zip(partial_buffers(fold), partials)):
             w.line(f'{partial} = tl.load({buffer} + part_at, mask=part_mask, other={identity_text(fold, j)}, '
                    'cache_modifier=".cg")')

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..lower.fuse import KernelPlan
-from ..lower.segments import Slot, Ticket, TileReduce, TileScan
+from ..lower.segments import RowsReduce, Slot, Ticket, TileReduce, TileScan
 from ..scalar.dtypes import held_dtype
 from ..scalar.literals import number_literal
 from .kernel import group_size, group_stride
@@ -50,19 +50,35 @@ def _out_shape(p: KernelPlan) -> str:
     return _shape_expr([x for x in parts if x is not None])
 
 
+def _emit_out_shape(w: Writer, p: KernelPlan) -> None:
+    """``out_shape``, the result's shape; with a reduce over the rows, ``row_shape`` too, the per-row reduce's
+    (an input joining between the two has it)."""
+    rows = p.over_rows
+    if rows is None:
+        w.line(f"out_shape = {_out_shape(p)}")
+        return
+    w.line(f"row_shape = {_out_shape(p)}")
+    w.line("out_shape = " + ("(1,) * len(row_shape)" if rows.stage.keepdim else "()"),
+           comment="every axis the per-row reduce leaves is reduced again")
+
+
 def _strides_line(w: Writer, p: KernelPlan, slot: Slot) -> None:
     """``st_<slot>``: the slot's stride for every dimension of the iteration space (0 where it broadcasts); a
     slot read or written after a reduce is shaped like the reduce's result."""
+    if p.over_rows is not None and slot in p.outputs:
+        w.line(f"st_{slot.name} = [0] * len(shape)", comment="the one element the reduce over the rows writes")
+        return
     after = p.folds[slot.phase - 1] if slot.phase else None
     if not isinstance(after, TileReduce) or after.attached:  # (an attach keeps the stream's shape)
         w.line(f"st_{slot.name} = {slot.name}.expand(shape).stride()")
         return
     b = p.binding
+    reduced = "row_shape" if p.over_rows is not None else "out_shape"
     if after.stage.keepdim:
         w.line(f"st_{slot.name} = [0 if d in {_int_tuple(b.axes)} else s "
-               f"for d, s in enumerate({slot.name}.expand(out_shape).stride())]")
+               f"for d, s in enumerate({slot.name}.expand({reduced}).stride())]")
         return
-    w.line(f"st_{slot.name} = list({slot.name}.expand(out_shape).stride())")
+    w.line(f"st_{slot.name} = list({slot.name}.expand({reduced}).stride())")
     with w.block(f"for axis in {_int_tuple(b.axes)}:"):
         w.line(f"st_{slot.name}.insert(axis, 0)", comment="a reduced axis: the same element for every k")
 
@@ -106,7 +122,7 @@ def _emit_prepare(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: st
         with w.block("if not _checked:"):
             w.line(f"_check_inputs(({', '.join(ins)},), {tuple(b.dtypes)!r}, {_int_tuple(b.ranks)})")
         w.line(f"shape = _broadcast({', '.join(f'{n}.shape' for n in before)})")
-        w.line(f"out_shape = {_out_shape(p)}")
+        _emit_out_shape(w, p)
         w.line("device = in0.device")
         with w.block("def new_outputs():"):
             news = [f"_empty({_field_shape(p, inputs)}, {_int_tuple(order)}, {slot.dtype}, device)"
@@ -185,6 +201,15 @@ def emit_look_back_scratch(w: Writer, p: KernelPlan, scan: TileScan, fused: Tile
         w.line(f"{' = '.join(unused)} = {p.outputs[0].name}", comment="unused without LOOKBACK")
 
 
+def emit_rows_scratch(w: Writer, p: KernelPlan) -> None:
+    """The scratch of a reduce over the rows (:class:`~tricomb.lower.segments.RowsReduce`): a partial per program
+    (at least one program runs, so that no rows still give the identity's result) and one ticket."""
+    w.line("programs = max(1, triton.cdiv(M, cfg['BLOCK_M']))")
+    for buffer, dtype in zip(partials(p.over_rows), p.over_rows.acc_dtypes):
+        w.line(f"{buffer} = torch.empty(programs, dtype={held_dtype(dtype)}, device=in0.device)")
+    w.line(f"{TICKETS} = _tickets(in0.device, 1)")
+
+
 def emit_ticket_scratch(w: Writer, p: KernelPlan, fold: TileReduce) -> None:
     """A reduce's scratch when rows are split: a partial per (row, part) and a ticket per row tile."""
     w.line("chunk = triton.cdiv(triton.cdiv(K, cfg['SPLIT']), cfg['BLOCK_K']) * cfg['BLOCK_K']")
@@ -217,6 +242,6 @@ def _emit_schedule(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: s
         w.line(f"meta.update({tuned}=cfg[{tuned!r}], num_warps=cfg['num_warps'])")
         with w.block("if 'maxnreg' in cfg:"):
             w.line("meta['maxnreg'] = cfg['maxnreg']", comment="a cap on registers per thread (a compile option)")
-    reset = ", _reset_tickets" if any(isinstance(s, Ticket) for s in p.segments) else ""  # (kernels with tickets)
+    reset = ", _reset_tickets" if any(isinstance(s, (Ticket, RowsReduce)) for s in p.segments) else ""  # (tickets)
     w.line(f"start = _Launcher(_tuner({kernel}, space, {list(strategy.key)!r}, {strategy.tuner_resets}) if tune else "
            f"{kernel}, grid, rest, meta, device, status{reset})", comment="tuned: Triton's autotuner, its choice cached on disk")

@@ -99,16 +99,20 @@ def _copy(w: Writer, definitions: list[Definition]) -> None:
 def _emit_combine_functions(w: Writer, ctx: ScalarContext, p: KernelPlan) -> tuple[str, ...]:
     """Each fold's combine function, emitted; returns their names, in fold order: ``combine_<operator>`` for the
     first fold, ``then_<operator>`` for the second (the reduce fused after a scan, an attach's), ``then<n>_`` after;
-    then those of the plan for long rows, if any, named ``long_...``."""
-    names = []
+    then those of the plan for long rows, if any, named ``long_...``; last the reduce over the rows', ``rows_...``."""
+    named = []
     for plan, lead in ((p, ""), (p.long_rows, "long_")):
         for n, fold in enumerate(plan.folds if plan is not None else ()):
-            prefix = "combine" if n == 0 else "then" if n == 1 else f"then{n}"
-            name = f"{lead}{prefix}_{fold.operator.name if fold.operator is not None else 'user'}"
-            emit_combine_function(w, ctx, name, fold)
-            w.line()
-            w.line()
-            names.append(name)
+            named.append((f"{lead}{'combine' if n == 0 else 'then' if n == 1 else f'then{n}'}", fold))
+    if p.over_rows is not None:
+        named.append(("rows", p.over_rows))
+    names = []
+    for prefix, fold in named:
+        name = f"{prefix}_{fold.operator.name if fold.operator is not None else 'user'}"
+        emit_combine_function(w, ctx, name, fold)
+        w.line()
+        w.line()
+        names.append(name)
     return tuple(names)
 
 

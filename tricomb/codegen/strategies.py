@@ -25,7 +25,7 @@ from ..pipeline.printer import stage_text
 from .attach import emit_attach_body
 from .combine import emit_reduce_body, emit_scan_body
 from .kernel import Param, emit_map_body, fixed, given, layout_parameters, meta
-from .launcher import emit_look_back_scratch, emit_ticket_scratch
+from .launcher import emit_look_back_scratch, emit_rows_scratch, emit_ticket_scratch
 from .lookback import packing
 from .scalar import ScalarContext
 from .scratch import FLAGS, READY, TICKETS, aggregates, partials, prefixes
@@ -219,18 +219,23 @@ class ScanKernel(KernelStrategy):
 
 
 class AttachKernel(KernelStrategy):
-    """Attaches: ``BLOCK_M`` rows a program; a row of ``K <= BLOCK_K`` elements read once and held on chip
-    through every fold, a longer one swept once per attached fold and once more to store
-    (:mod:`tricomb.codegen.attach`)."""
+    """Attaches, or a reduce whose rows' results are reduced again: ``BLOCK_M`` whole rows a program; a row of
+    ``K <= BLOCK_K`` elements read once and held on chip through every fold, a longer one swept once per attached
+    fold and once more to store (:mod:`tricomb.codegen.attach`); a reduce over the rows finished by the last
+    program (:mod:`tricomb.codegen.rows`)."""
 
-    name = "attach"
     tuned = "BLOCK_K"
     key = ("M", "K")
 
+    @property
+    def name(self) -> str:
+        return "attach" if any(isinstance(s, Attach) for s in self.plan.segments) else "per-row reduce"
+
     def parameters(self) -> tuple[Param, ...]:
         p = self.plan
-        return (*_slots_given(p), fixed("M"), fixed("K"), *layout_parameters(p), meta("BLOCK_M"), meta("BLOCK_K"),
-                meta("WIDE", "wide"))
+        scratch = [fixed(name) for name in partials(p.over_rows)] + [fixed(TICKETS)] if p.over_rows else []
+        return (*_slots_given(p), *scratch, fixed("M"), fixed("K"), *layout_parameters(p), meta("BLOCK_M"),
+                meta("BLOCK_K"), meta("WIDE", "wide"))
 
     def emit_body(self, w: Writer, ctx: ScalarContext, combines: tuple[str, ...]) -> None:
         emit_attach_body(w, ctx, self.plan, combines)
@@ -238,7 +243,14 @@ class AttachKernel(KernelStrategy):
     def schedule_call(self, inner: str) -> str:
         return f"schedule_attach(M, K, {inner}, interpret)"
 
+    def emit_scratch(self, w: Writer) -> None:
+        if self.plan.over_rows is not None:
+            emit_rows_scratch(w, self.plan)
+        super().emit_scratch(w)
+
     def grid(self) -> str:
+        if self.plan.over_rows is not None:
+            return "lambda meta: (programs,)"
         return "lambda meta: (triton.cdiv(M, meta['BLOCK_M']),)"
 
     def chosen(self, shape: tuple[int, ...], inner: bool, interpret: bool) -> list[str]:
@@ -254,7 +266,8 @@ class AttachKernel(KernelStrategy):
             return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row swept {sweeps} "
                     f"time{'s' if sweeps > 1 else ''}, then read at its one position"]
         sweeps = sum(f.attached for f in (self.plan.long_rows or self.plan).folds) + 1
-        return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row swept {sweeps} times"]
+        return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row swept {sweeps} "
+                f"time{'s' if sweeps > 1 else ''}"]
 
     def description(self) -> list[str]:
         p = self.plan
@@ -273,6 +286,10 @@ class AttachKernel(KernelStrategy):
         if p.one_hot is not None:
             lines.append("  the reduce after the attaches sums terms that are 0 but at one position a row: each row "
                          "is read at that position alone, after the attached folds (docs/design.md)")
+        if p.over_rows is not None:
+            lines.append(f"  then {stage_text(p.over_rows.stage)} over the rows' results: each program folds its "
+                         "rows, the program drawing the last ticket folds the programs' partials in order")
+            lines += _stages_line("after", p.following(p.over_rows, Elementwise))
         return lines
 
 
@@ -282,7 +299,7 @@ _STRATEGIES: dict[type, type[KernelStrategy]] = {TileReduce: ReduceKernel, TileS
 def strategy_for(p: KernelPlan) -> KernelStrategy:
     """The strategy writing ``p``'s kernel: attaches when it has an attach segment, else by the type of its
     first fold segment (elementwise when none)."""
-    if any(isinstance(s, Attach) for s in p.segments):
+    if p.over_rows is not None or any(isinstance(s, Attach) for s in p.segments):
         return AttachKernel(p)
     folds = p.folds
     return (_STRATEGIES[type(folds[0])] if folds else ElementwiseKernel)(p)

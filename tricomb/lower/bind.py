@@ -68,13 +68,34 @@ def final_reduce(pipeline: PipelineIR, rank: int) -> tuple[int, Reduce | None]:
     exactly the scanned axis: ``(index, stage)``, or ``(len, None)``."""
     at, first = combine_stage(pipeline)
     then_at, then = combine_stage(pipeline, at + 1)
-    if then is None:
-        return then_at, None
+    if then is None or not isinstance(first, Scan):  # (a reduce after a reduce is the reduce over the rows)
+        return len(pipeline.stages), None
     if iteration_axes(then, rank) != iteration_axes(first, rank) or then.index:
         raise UnsupportedError("a scan and a reduce after it fuse into one kernel when the reduce is over exactly "
                                "the scanned axis (and is not argmax/argmin); split the pipeline in two",
                                then.location)
     return then_at, then
+
+
+def rows_reduce(pipeline: PipelineIR) -> tuple[int, Reduce | None]:
+    """The reduce over the rows: a reduce after the pipeline's first reduce, folding the rows' results over all
+    the axes that one leaves (:func:`~tricomb.pipeline.verify.verify` allows no other stage there): ``(index,
+    stage)``, or ``(len, None)``."""
+    at, first = combine_stage(pipeline)
+    then_at, then = combine_stage(pipeline, at + 1)
+    if not isinstance(first, Reduce) or then is None:
+        return len(pipeline.stages), None
+    return then_at, then
+
+
+def _check_rows_axes(stage: Reduce, rows: tuple[int, ...]) -> tuple[int, ...]:
+    """The reduce over the rows folds every axis of the stream of shape ``rows`` the reduce before it left;
+    returns its result's shape."""
+    if tuple(iteration_axes(stage, len(rows))) != tuple(range(len(rows))):
+        raise UnsupportedError(f"this reduce folds axes {list(iteration_axes(stage, len(rows)))} of the stream of "
+                               f"shape {rows} that the reduce before it left; one kernel reduces the rows' results "
+                               "over all of its axes (axis=None). Split the pipeline to keep some", stage.location)
+    return (1,) * len(rows) if stage.keepdim else ()
 
 
 def input_stages(pipeline: PipelineIR) -> list[int]:
@@ -334,11 +355,16 @@ def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Fie
     final = then or stage
     _check_folded_streams(pipeline, tuple((tuple(t.shape), t.dtype) for t in tensors), tuple(shape))
     attached = any(isinstance(s, Attach) for s in pipeline.stages)
-    _check_field_shapes(pipeline, fields, out_shape(torch.Size(shape), final, axes), final, attached)
+    result = out_shape(torch.Size(shape), final, axes)
+    _, over_rows = rows_reduce(pipeline)
+    if over_rows is not None:
+        final, result = over_rows, _check_rows_axes(over_rows, result)
+    _check_field_shapes(pipeline, fields, result, final, attached)
     outs = check_out(out, fields, tensors) if out is not None else \
         [torch.empty_strided(f.shape, f.stride, dtype=f.dtype, device="meta") for f in fields]
     strides = [iteration_strides(t, shape, a, then if lt else stage, axes) for t, a, lt in zip(tensors, after, late)]
-    strides += [iteration_strides(o, shape, True, final, axes) for o in outs]
+    strides += [(0,) * len(shape) if over_rows is not None else iteration_strides(o, shape, True, final, axes)
+                for o in outs]
     order = _iteration_order(fields, len(shape), _order_stage(folded), axes, strides[0])
     ranks = tuple(t.dim() for t in tensors)
     read = coordinate_dims(pipeline, ranks, len(shape), axes)
@@ -404,9 +430,10 @@ def _check_folded_streams(pipeline: PipelineIR, inputs: tuple[tuple[tuple[int, .
     smaller in torch's meaning, and folding it over the broadcast would count its elements more than once.
     ``inputs``: each input's shape and dtype. (Cached as :func:`result_fields` is: a repeated call runs no torch
     op.)"""
+    rows_at, _ = rows_reduce(pipeline)
     for at, stage in enumerate(pipeline.stages):
-        if at == 0 or not isinstance(stage, (Reduce, Scan, Attach)):
-            continue
+        if at == 0 or at == rows_at or not isinstance(stage, (Reduce, Scan, Attach)):
+            continue  # (the reduce over the rows folds the rows' results, not the iteration space)
         entering = torch.broadcast_shapes(*(f.shape for f in _entering(pipeline, inputs, at)[0]))
         if tuple(entering) != tuple(shape):
             raise UnsupportedError(f"the stream entering this {_STAGE_NAMES[type(stage)]} has shape "

@@ -31,9 +31,10 @@ from ..pipeline.verify import check_in_dtypes, operator_commutes, operator_ident
 from ..scalar.builtins import TupleOpSpec, tuple_operator
 from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
-from .bind import Binding, combined_dtypes, fold_context, input_stages
+from .bind import Binding, combined_dtypes, fold_context, input_stages, rows_reduce
 from .derive import one_hot, one_pass
-from .segments import Attach, Elementwise, Fold, LookBack, OneHot, Segment, Slot, Store, Ticket, TileReduce, TileScan
+from .segments import (Attach, Elementwise, Fold, LookBack, OneHot, RowsReduce, Segment, Slot, Store, Ticket,
+                       TileReduce, TileScan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,11 @@ class KernelPlan:
     def folds(self) -> tuple[Fold, ...]:
         """The reduce and scan folds, in pipeline order (none, one, or a scan and the reduce fused after it)."""
         return tuple(s for s in self.segments if isinstance(s, (TileReduce, TileScan)))
+
+    @property
+    def over_rows(self) -> RowsReduce | None:
+        """The reduce over the rows' results after the per-row one, if any."""
+        return next((s for s in self.segments if isinstance(s, RowsReduce)), None)
 
     def following(self, segment: Segment, kind: type) -> Segment:
         """The first segment of type ``kind`` after ``segment``."""
@@ -149,27 +155,52 @@ def _plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding, commutes:
     names = ["out"] if len(binding.out_dtypes) == 1 else [f"out{k}" for k in range(len(binding.out_dtypes))]
     outputs = tuple(Slot(name, dtype, len(positions)) for name, dtype in zip(names, binding.out_dtypes))
     scans = [at for at in positions if isinstance(pipeline.stages[at], Scan)]
+    rows_at, _ = rows_reduce(pipeline)
     folds = [_fold(pipeline, binding, at, c, after_scan=any(s < at for s in scans))
-             for at, c in zip(positions, commutes)]
-    segments = _segments(pipeline, folds, outputs)
+             for at, c in zip(positions, commutes) if at != rows_at]
+    over_rows = _rows_fold(pipeline, binding, rows_at) if rows_at < len(pipeline.stages) else None
+    segments = _segments(pipeline, folds, outputs, over_rows)
     return KernelPlan(pipeline, written, binding, inputs, outputs, field_inputs(pipeline), _compute_dtype(binding.dtypes),
                       segments, one_hot=one_hot(segments, pipeline, binding))
 
 
-def _segments(pipeline: PipelineIR, folds: list[Fold], outputs: tuple[Slot, ...]) -> tuple[Segment, ...]:
-    """Elementwise stages, then per fold the fold, its cross-program combine and the stages after it; the store."""
+def _segments(pipeline: PipelineIR, folds: list[Fold], outputs: tuple[Slot, ...],
+              over_rows: RowsReduce | None) -> tuple[Segment, ...]:
+    """Elementwise stages, then per fold the fold, its cross-program combine and the stages after it; the
+    reduce over the rows and the stages after it; the store."""
     segments: list[Segment] = [Elementwise(pipeline.stages[:folds[0].at] if folds else pipeline.stages, 0)]
-    attached = any(isinstance(f, TileReduce) and f.attached for f in folds)
-    for n, fold in enumerate(folds):
-        end = folds[n + 1].at if n + 1 < len(folds) else len(pipeline.stages)
+    # rows are not split over programs for a reduce after attaches, nor for one whose rows are reduced again
+    whole_rows = over_rows is not None or any(isinstance(f, TileReduce) and f.attached for f in folds)
+    ends = [f.at for f in folds[1:]] + [over_rows.at if over_rows is not None else len(pipeline.stages)]
+    for fold, end in zip(folds, ends):
         after = Elementwise(pipeline.stages[fold.at + 1:end], fold.at + 1)
         if isinstance(fold, TileReduce) and fold.attached:
             segments += [*_attached(pipeline.stages[fold.at], fold), after]
-        elif attached:  # a reduce after attaches: its rows are not split over programs
+        elif whole_rows:
             segments += [fold, after]
         else:
             segments += [fold, Ticket(fold) if isinstance(fold, TileReduce) else LookBack(fold), after]
+    if over_rows is not None:
+        segments += [over_rows, Elementwise(pipeline.stages[over_rows.at + 1:], over_rows.at + 1)]
     return tuple(segments) + (Store(outputs),)
+
+
+def _rows_fold(pipeline: PipelineIR, binding: Binding, at: int) -> RowsReduce:
+    """The reduce over the rows at ``at`` (its operator commutes: verify checks it), its dtypes checked."""
+    return RowsReduce(pipeline.stages[at], at, *_fold_facts(pipeline, binding, at))
+
+
+def _fold_facts(pipeline: PipelineIR, binding: Binding, at: int) -> tuple:
+    """What every fold of the reduce or scan at ``at`` knows (:class:`~.segments.Fold`'s fields after its
+    position): the combined dtypes, the accumulators' dtypes, the identity in them (checked to fit), and the
+    operator's table row."""
+    stage = pipeline.stages[at]
+    combined = combined_dtypes(pipeline, binding, at)
+    acc = tuple(compute_dtype(c) for c in combined)
+    if stage.identity is not None:
+        _check_identity_fits(stage, acc)
+    typed = tuple(typed_identity(e, dtype) for e, dtype in zip(identities(operator_identity(stage)), acc))
+    return combined, acc, typed, operator_spec(stage.op) or tuple_operator(stage.op)
 
 
 def _attached(stage: ir.Attach, fold: TileReduce) -> list[Segment]:
@@ -183,12 +214,7 @@ def _fold(pipeline: PipelineIR, binding: Binding, at: int, commutes: bool, after
     """The fold of the reduce, scan or attach at ``at``, its dtypes checked."""
     attached = isinstance(pipeline.stages[at], ir.Attach)
     context, inner, stage = fold_context(pipeline, at)
-    combined = combined_dtypes(context, binding, inner)
-    acc = tuple(compute_dtype(c) for c in combined)
-    if stage.identity is not None:
-        _check_identity_fits(stage, acc)
-    typed = tuple(typed_identity(e, dtype) for e, dtype in zip(identities(operator_identity(stage)), acc))
-    spec = operator_spec(stage.op) or tuple_operator(stage.op)
+    combined, acc, typed, spec = _fold_facts(context, binding, inner)
     if isinstance(spec, TupleOpSpec):
         commutes = spec.commutative
     if isinstance(stage, Scan):

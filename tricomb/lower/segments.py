@@ -8,6 +8,7 @@ A plan is a sequence of segments, each a frozen dataclass selected by its type:
   (the last program of a row folds the partials; each tile of a scan finds its prefix by the decoupled
   look-back);
 * :class:`Attach`: an attached reduce's row results broadcast back to the row's elements;
+* :class:`RowsReduce`: a reduce of the rows' results after the per-row one, finished by the last program;
 * :class:`Store`: the results written.
 
 ``map exp`` is ``Elementwise(map exp), Store``; ``scan maximum | zip_with sub | max`` is ``Elementwise(),
@@ -146,10 +147,20 @@ class OneHot:
 
 
 @dataclass(frozen=True, slots=True)
+class RowsReduce(_Fold):
+    """A reduce after the per-row one, over all the axes it leaves: each program folds its rows' results into a
+    partial, then the program drawing the last ticket folds the programs' partials in index order (so a run
+    gives the same result as the last) and writes the one result. Its operator commutes (the rows are not met
+    in order); rows are never split over programs in a plan that has one."""
+
+    ordered = False  # (read by the ticket's emitter, as a TileReduce's)
+
+
+@dataclass(frozen=True, slots=True)
 class Store:
     """The results written: one output slot per result field."""
 
     outputs: tuple[Slot, ...]
 
 
-Segment = Union[Elementwise, TileReduce, TileScan, Ticket, LookBack, Attach, Store]
+Segment = Union[Elementwise, TileReduce, TileScan, Ticket, LookBack, Attach, OneHot, RowsReduce, Store]

@@ -16,7 +16,7 @@ from ..scalar.ir import Arg, Call, Const, Function, JitCall, jit_functions, walk
 from .operators import Laws, check_laws, declared_laws, fits, identities, identity_key
 from .operators import builtin_parts  # noqa: F401 (read here by the passes and the torch meaning)
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS, SHORTHANDS
-from .ir import Attach, Map, PipelineIR, Reduce, Scan, Stage, ZipWith, stream_widths
+from .ir import Attach, Map, PipelineIR, Reduce, Scan, Stage, ZipWith, new_inputs, stream_widths
 
 
 def operator_spec(op: Function) -> OpSpec | None:
@@ -226,15 +226,49 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
         _check_operator(stage, kind, widths[i])
         combines.append(stage)
         scan_then_reduce = len(combines) == 2 and isinstance(combines[0], Scan) and isinstance(stage, Reduce)
-        if len(combines) > 1 and not scan_then_reduce:
-            raise UnsupportedError(f"this {kind} is the pipeline's second reduce or scan; one pipeline holds one, "
-                                   "or a scan and then a reduce over the scanned axis. Split it into two pipelines",
-                                   stage.location)
+        over_rows = len(combines) == 2 and isinstance(combines[0], Reduce) and isinstance(stage, Reduce)
+        if len(combines) > 1 and not (scan_then_reduce or over_rows):
+            raise UnsupportedError(f"this {kind} is the pipeline's {_ORDINALS.get(len(combines), 'next')} reduce or "
+                                   "scan; one pipeline holds one, a scan and then a reduce over the scanned axis, or "
+                                   "a reduce and then a reduce over all the axes it leaves. Split it into two "
+                                   "pipelines", stage.location)
+        if over_rows:
+            _check_rows_reduce(pipeline, i)
         if scan_then_reduce and combines[0].reverse and not operator_commutes(stage):
             raise UnsupportedError("this reduce's operator does not commute, and the reversed scan before it "
                                    "hands it the scanned values from the last to the first, not in index order; "
                                    "split it into two pipelines (the scan, then the reduce)", stage.location)
     return pipeline
+
+
+_ORDINALS = {2: "second", 3: "third"}
+
+
+def _check_rows_reduce(pipeline: PipelineIR, at: int) -> None:
+    """The reduce at ``at`` follows another reduce: it folds the rows' results, over all the axes the first one
+    leaves (bind checks the axes), each program's rows and then the programs' partials in index order. That
+    order is not the rows' order, so its operator must commute; it counts nothing along the rows (``mean``'s
+    count and ``argmax``'s positions count along the first reduce's row), and nothing after it reads
+    coordinates or brings in an input (no row is left to index)."""
+    stage = pipeline.stages[at]
+    if stage.mean or stage.index:
+        name = "mean" if stage.mean else "argmax/argmin"
+        raise UnsupportedError(f"a reduce over the rows after a reduce takes no {name} yet: its count and positions "
+                               "are along the first reduce's rows. Sum here and divide in a map after (the "
+                               "count of rows is the product of the sizes), or split the pipeline", stage.location)
+    if not operator_commutes(stage):
+        raise UnsupportedError("a reduce over the rows after a reduce folds each program's rows and then the "
+                               "programs' partials, not the rows in order, so its operator must commute; split "
+                               "the pipeline in two", stage.location)
+    for later, brought in zip(pipeline.stages[at + 1:], new_inputs(pipeline.stages)[at + 1:]):
+        if brought:
+            raise UnsupportedError("a zip_with after the reduce over the rows brings in an input, which one "
+                                   "kernel does not load there yet; combine it in a separate step",
+                                   later.location)
+        if isinstance(later, (Map, ZipWith)) and any(isinstance(node, Call) and node.op == INDEX.name
+                                                      for node in walk(*later.fn.outputs)):
+            raise UnsupportedError("index() after the reduce over the rows: the result is one element, with no "
+                                   "row or coordinate left; write 0", later.location)
 
 
 def entering_width(pipeline: PipelineIR) -> int:
