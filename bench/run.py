@@ -138,6 +138,12 @@ def _attach_cases() -> list[Case]:
              "within 10% of N1"),
         Case("N2u", "two-pass softmax written by the user, long rows", lambda: [_randn(1024, 262144)],
              _two_pass_softmax, lambda x: torch.softmax(x, -1), {}, "within 10% of N2"),
+        Case("N7", "x / sum(x), whole array (the row shared by the programs)",
+             lambda: [torch.rand(2 ** 28, device="cuda")],
+             lambda: tc.attach(tc.sum()) >> tc.map(lambda v, s: v / s), lambda x: x / x.sum(), {},
+             ">= 1.0x compile (two reads are the floor)"),
+        Case("N8", "softmax of 8 rows of 2**22 (rows shared by the programs)", lambda: [_randn(8, 2 ** 22)],
+             lambda: tc.library.softmax(), lambda x: torch.softmax(x, -1), {}, ">= 1.0x compile (not in BENCH.md)"),
     ]
 
 

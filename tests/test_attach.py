@@ -380,6 +380,49 @@ def test_the_text_form_round_trips():
     assert tc.parse("layer_norm(eps=0.001, bias=False)") == L.layer_norm(eps=0.001, bias=False)
 
 
+# programs sharing each row tile: 3 ways (a part held in one tile), 7 ways in tiles of 64 (parts swept), 16 ways
+SHARED_PLANS = [{"SPLIT": 3}, {"SPLIT": 7, "BLOCK_K": 64}, {"SPLIT": 16, "BLOCK_K": 1024}]
+CUDA_ONLY = pytest.mark.skipif(not torch.cuda.is_available(), reason="programs sharing a row wait for each other, "
+                               "which Triton's interpreter (one program at a time) cannot run")
+
+
+@CUDA_ONLY
+@pytest.mark.parametrize("plan", SHARED_PLANS, ids=str)
+@pytest.mark.parametrize("shape", [(1, 5000), (3, 4099), (2, 3, 1000), (5, 100), (2, 1)], ids=str)
+def test_rows_shared_by_programs_are_torch(shape, plan):
+    """Softmax both ways, layer_norm and a row's share of its sum, with each row tile shared by programs that
+    exchange their parts' partials: torch's, NaN and infinities included, with parts past the row's end (100
+    elements 16 ways), in one launch."""
+    x = _special(shape).cuda()
+    w, b = torch.randn(shape[-1]).cuda(), torch.randn(shape[-1]).cuda()
+    cases = [(TWO_PASS, (x,), torch.softmax(x.double(), -1)), (ONLINE, (x,), torch.softmax(x.double(), -1)),
+             (L.layer_norm(), (x, w, b), F.layer_norm(x.double(), shape[-1:], w.double(), b.double())),
+             (tc.attach(tc.sum(axis=-1)) >> tc.map(lambda v, s: v / s), (x,), x.double() / x.double().sum(-1, True))]
+    for pipe, inputs, want in cases:
+        with schedule_overrides(**plan):
+            got = one_launch(pipe, *inputs)
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+@CUDA_ONLY
+def test_a_whole_array_is_shared_by_the_programs():
+    """``x / sum(x)`` over a whole array: the schedule shares the one row over the SMs (explain says so), and the
+    result is torch's, run after run."""
+    x = torch.rand(3_000_000, device="cuda")
+    pipe = tc.attach(tc.sum()) >> tc.map(lambda v, s: v / s)
+    assert "shared by" in str(pipe.explain(x))
+    for _ in range(3):
+        torch.testing.assert_close(pipe(x), x / x.sum(), rtol=1e-4, atol=1e-9)
+
+
+def test_the_interpreter_never_shares_a_row():
+    """Triton's interpreter runs programs one after another, so a program could never see a later one's partial:
+    a forced SPLIT is not taken there."""
+    x = torch.randn(2, 300)
+    with schedule_overrides(SPLIT=4, BLOCK_K=64):
+        torch.testing.assert_close(one_launch(L.softmax(), x), torch.softmax(x, -1))
+
+
 def test_explain_names_the_plan():
     text = str(TWO_PASS.explain(torch.randn(4, 8)))
     assert text.startswith("1 kernel: attach")

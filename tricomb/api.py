@@ -136,7 +136,9 @@ def _chosen(plan: KernelPlan, inputs: tuple) -> list[str]:
     x = inputs[0].expand(shape) if shape else inputs[0]
     axes = plan.binding.axes
     inner = not axes or x.stride(axes[-1]) == 1
-    return strategy_for(plan).chosen(shape, inner, not inputs[0].is_cuda)
+    device = inputs[0].device
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
+    return strategy_for(plan).chosen(shape, inner, device.type != "cuda", sms)
 
 
 def build_map(f, where) -> Pipeline:

@@ -21,6 +21,7 @@ from ..lower.segments import Attach, Elementwise, Store, TileReduce
 from ..pipeline.printer import stage_text
 from .combine import accumulate, after_fold, row_totals, split_groups, start_accumulators, tile_address
 from .fold import masked_fields, reduce_tile
+from .exchange import emit_exchange
 from .rows import emit_rows_reduce
 from .kernel import (POSITION, emit_coordinates, emit_loads, emit_offsets, emit_stages, fields, first_stream,
                      program_ids, row_slots, store, uses_position)
@@ -35,12 +36,15 @@ class _Pass:
     at (it folds the tile into that fold's accumulators ``accs[until]``), or None for a pass through every segment
     (it stores the elements, or folds them into the reduce after the attaches). ``results`` holds each attach's
     row results found so far; with ``whole`` (the row is one tile) the pass finds them itself, from its own tile,
-    and a fold not in order folds the row at once into ``totals``."""
+    and a fold not in order folds the row at once into ``totals``; ``share`` turns a fold's totals of this
+    program's part of the row into the row's (:func:`_shared_totals`), or is None when the program holds the row."""
 
     def __init__(self, w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], address: dict,
-                 results: dict[int, list[Value]], accs: dict[int, list[str]], whole: bool, tile: str = TILE):
+                 results: dict[int, list[Value]], accs: dict[int, list[str]], whole: bool, tile: str = TILE,
+                 share=None):
         self.w, self.ctx, self.p, self.combines, self.address = w, ctx, p, combines, address
         self.results, self.accs, self.whole, self.tile = results, accs, whole, tile
+        self.share = share or (lambda n, totals: totals)
         self.totals: dict[int, list[str]] = {}
         self.values: dict[str, Value] = {}
 
@@ -66,7 +70,7 @@ class _Pass:
                 if n == until:
                     return
                 if self.whole:
-                    self.results[n] = row_results(w, self.ctx, p, n, self.totals_of(n))
+                    self.results[n] = row_results(w, self.ctx, p, n, self.share(n, self.totals_of(n)))
             elif isinstance(segment, Attach):
                 n = p.folds.index(segment.fold)
                 stream = stream + [Value(f"{r.text}[:, None]", r.dtype, r.zero_dim) for r in self.results[n]]
@@ -216,17 +220,27 @@ def _whole_row(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str
         _final(w, ctx, p, one.totals_of(len(p.folds) - 1), rows)
 
 
-def _sweep_positions(forward: bool) -> str:
-    """The positions of a sweep's tile: from the row's start, or from its end (``k0`` counts tiles swept)."""
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """The elements of a row a program sweeps: ``length`` of them from ``start`` (the whole row, or a shared
+    row's part), and how a fold's totals over them become the row's (``share``, as :class:`_Pass` takes it)."""
+
+    start: str = ""  # a prefix of the positions ("k_start + "), or nothing
+    length: str = "K"
+    share: object = None
+
+
+def _sweep_positions(forward: bool, span: _Span) -> str:
+    """The positions of a sweep's tile: from the span's start, or from its end (``k0`` counts tiles swept)."""
     if forward:
-        return "k0 + tl.arange(0, BLOCK_K)"
-    return "(K - 1) // BLOCK_K * BLOCK_K - k0 + tl.arange(0, BLOCK_K)"
+        return f"{span.start}k0 + tl.arange(0, BLOCK_K)"
+    return f"{span.start}({span.length} - 1) // BLOCK_K * BLOCK_K - k0 + tl.arange(0, BLOCK_K)"
 
 
 def _sweeps(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], rows: _Rows,
-            attached_only: bool) -> dict[int, list[Value]]:
-    """A row in several tiles: one sweep per attached fold, then (unless ``attached_only``) one through every
-    segment. Returns the attached folds' row results."""
+            attached_only: bool, span: _Span = _Span()) -> dict[int, list[Value]]:
+    """A row (or ``span`` of it) in several tiles: one sweep per attached fold, then (unless ``attached_only``)
+    one through every segment. Returns the attached folds' row results."""
     results: dict[int, list[Value]] = {}
     accs: dict[int, list[str]] = {}
     last = len(p.folds) - 1
@@ -239,11 +253,12 @@ def _sweeps(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, .
         forward = sweep % 2 == 0 or (folds and p.folds[n].ordered)
         what = f"fold {stage_text(p.folds[n].stage)}" if until is not None else "every stage"
         w.comment(f"sweep {sweep}: {what}" + ("" if forward else ", from the row's end (what is still in L2 first)"))
-        with w.block("for k0 in range(0, K, BLOCK_K):"):
-            address = _tile(w, p, rows, _sweep_positions(forward))
+        with w.block(f"for k0 in range(0, {span.length}, BLOCK_K):"):
+            address = _tile(w, p, rows, _sweep_positions(forward, span))
             _Pass(w, ctx, p, combines, address, results, accs, whole=False).run(until)
         if until is not None:
-            results[n] = row_results(w, ctx, p, n, totals_of(w, p, n, accs[n], combines[n]))
+            totals = totals_of(w, p, n, accs[n], combines[n])
+            results[n] = row_results(w, ctx, p, n, span.share(n, totals) if span.share else totals)
         elif folds:
             _final(w, ctx, p, totals_of(w, p, n, accs[n], combines[n]), rows)
     return results
@@ -262,13 +277,16 @@ def emit_attach_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
     else:
         over_rows = None
     whole, swept = combines[:len(p.folds)], combines[len(p.folds):] or combines
-    program_ids(w, ["pid_m"])
+    program_ids(w, ["pid_m", "part"] if p.shareable else ["pid_m"])
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
     offsets = emit_offsets(w, "rows", kept, p.slots, "r", coords := {})
     emit_coordinates(w, p, "row", [(coords, "")], "[BLOCK_M]")
     rows = _Rows(offsets, coords, reduced, over_rows)
-    with w.block("if K <= BLOCK_K:"):
+    if p.shareable:
+        with w.block("if SHARED:"):
+            _shared(w, ctx, long, swept, rows)
+    with w.block("elif K <= BLOCK_K:" if p.shareable else "if K <= BLOCK_K:"):
         w.comment("the row is one tile: read once, held on chip through every fold")
         _whole_row(w, ctx, p, whole, rows, attached_only=hot)
     with w.block("else:"):
@@ -277,3 +295,25 @@ def emit_attach_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
         results = _sweeps(w, ctx, long, swept, rows, attached_only=hot)
     if hot:
         _one_hot(w, ctx, p, whole, rows, results)
+
+
+def _shared(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], rows: _Rows) -> None:
+    """A row tile shared by ``SPLIT`` programs, this one holding or sweeping part ``part`` of it: each attached
+    fold's totals over the part are exchanged for the row's (:mod:`.exchange`), and the program stores its part's
+    elements. The plan's one-pass form, when it has one: one exchange fewer."""
+    count = len(p.folds)
+
+    def share(n: int, totals: list[str]) -> list[str]:
+        return emit_exchange(w, p.folds[n], n, count, totals, combines[n])
+
+    w.comment("the row is shared by SPLIT programs, one an SM, all resident at once (few long rows)")
+    w.line("CHUNK = ((K + SPLIT - 1) // SPLIT + BLOCK_K - 1) // BLOCK_K * BLOCK_K", comment="each program's part")
+    w.line("k_start = part * CHUNK")
+    with w.block("if CHUNK == BLOCK_K:"):
+        w.comment("the part is one tile: read once, held on chip through every fold and exchange")
+        accs = {n: _start(w, n, f) for n, f in enumerate(p.folds) if f.per_row}
+        address = _tile(w, p, rows, "k_start + tl.arange(0, BLOCK_K)")
+        _Pass(w, ctx, p, combines, address, {}, accs, whole=True, share=share).run(None)
+    with w.block("else:"):
+        w.line("span = tl.minimum(K - k_start, CHUNK)", comment="(none for a part past the row's end)")
+        _sweeps(w, ctx, p, combines, rows, attached_only=False, span=_Span("k_start + ", "span", share))

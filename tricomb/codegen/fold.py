@@ -93,7 +93,7 @@ def reduce_tile(fold: TileReduce, tiles: list[str], combine: str) -> str:
     return tile_reduce(fold, tiles, 1, combine)
 
 
-_PARTS = 256  # partials the last program folds per step
+PARTS = 256  # partials the last program folds per step
 
 
 def emit_last_program(w: Writer, fold: TileReduce, combine: str, totals: list[str], part: str, ticket: str,
@@ -103,14 +103,15 @@ def emit_last_program(w: Writer, fold: TileReduce, combine: str, totals: list[st
     :class:`~tricomb.lower.segments.RowsReduce`): ``split`` programs share each tile of ``block`` rows
     (``rows``, those in range ``row_mask``), program ``part`` of them holding ``totals``: each publishes its
     partial, takes ticket ``ticket`` with an acquire-release atomic, and the program drawing the last ticket
-    combines the partials in index order, ``_PARTS`` at a time (so the result is the same from run to run), and
+    combines the partials in index order, ``PARTS`` at a time (so the result is the same from run to run), and
     resets the ticket for the next launch. Sets ``keep``: the rows whose totals are final in this program."""
     for buffer, value in zip(partial_buffers(fold), totals):
         w.line(f"tl.store({buffer} + {rows} * {split} + {part}, {value}, mask={row_mask})")
     w.line("tl.debug_barrier()")
     w.line(f'ticket = tl.atomic_add({TICKETS} + {ticket}, 1, sem="acq_rel")')
     w.line(f"keep = {scalar_where(f'ticket == {split} - 1', row_mask, 'False')}")
-    accs = _fold_partials(w, fold, combine, rows, split, block)
+    w.line(f"parts_end = {split} * (ticket == {split} - 1).to(tl.int32)", comment="only the last program reads partials")
+    accs = fold_partials(w, fold, combine, partial_buffers(fold), rows, split, block, "keep")
     if fold.ordered:
         for j, (t, acc) in enumerate(zip(totals, accs)):
             w.line(f"{t} = tl.where(keep, {acc}, {identity_text(fold, j)})",
@@ -120,27 +121,27 @@ def emit_last_program(w: Writer, fold: TileReduce, combine: str, totals: list[st
     w.line(f"tl.atomic_xchg({TICKETS} + {ticket}, 0, mask=ticket == {split} - 1)")
 
 
-def _fold_partials(w: Writer, fold: TileReduce, combine: str, rows: str, split: str, block: str) -> list[str]:
-    """In the program holding the last ticket, the partials of each row folded in index order into accumulators
-    (returned); in every other program the loop runs no step."""
+def fold_partials(w: Writer, fold: TileReduce, combine: str, buffers: list[str], rows: str, split: str, block: str,
+                  mask: str) -> list[str]:
+    """The partials ``buffers`` of the ``split`` programs sharing each of ``block`` rows (``rows``, read where
+    ``mask``), folded in index order up to ``parts_end`` (defined before) into accumulators, returned."""
     # Commutative operators fold the partials into a tile-shaped accumulator, reduced once after the loop (as
     # the main reduce loop does); a per-row value updated by a tree reduction inside a loop and used more than
     # once after it fails an assertion in Triton 3.6's thread-locality pass (seen on the H200).
     partials = fields("partial", fold.width)
     accs = fields("part_acc", fold.width)
-    shape = f"[{block}]" if fold.ordered else f"[{block}, {_PARTS}]"
+    shape = f"[{block}]" if fold.ordered else f"[{block}, {PARTS}]"
     for j, acc in enumerate(accs):
         w.line(f"{acc} = tl.full({shape}, {identity_text(fold, j)}, {acc_type(fold, j)})")
-    w.line(f"parts_end = {split} * (ticket == {split} - 1).to(tl.int32)", comment="only the last program reads partials")
-    with w.block(f"for p0 in range(0, parts_end, {_PARTS}):"):
-        w.line(f"parts = p0 + tl.arange(0, {_PARTS})")
-        w.line(f"part_mask = keep[:, None] & (parts < {split})[None, :]")
+    with w.block(f"for p0 in range(0, parts_end, {PARTS}):"):
+        w.line(f"parts = p0 + tl.arange(0, {PARTS})")
+        w.line(f"part_mask = {mask}[:, None] & (parts < {split})[None, :]")
         w.line(f"part_at = {rows}[:, None] * {split} + parts[None, :]")
-        for j, (buffer, partial) in enumerate(zip(partial_buffers(fold), partials)):
+        for j, (buffer, partial) in enumerate(zip(buffers, partials)):
             w.line(f'{partial} = tl.load({buffer} + part_at, mask=part_mask, other={identity_text(fold, j)}, '
                    'cache_modifier=".cg")')
         if fold.ordered:
-            fold_in_order(w, fold, accs, partials, str(_PARTS), combine)
+            fold_in_order(w, fold, accs, partials, str(PARTS), combine)
         else:
             w.line(f"{', '.join(accs)} = {combine}({', '.join(accs + partials)})")
     return accs

@@ -17,7 +17,7 @@ from ..scalar.dtypes import held_dtype
 from ..scalar.literals import number_literal
 from .kernel import group_size, group_stride
 from .lookback import FENCED, SIXTEEN_BYTES, packing
-from .scratch import FLAGS, TICKETS, aggregates, partials, prefixes
+from .scratch import FLAGS, TICKETS, aggregates, partials, prefixes, shared_partials
 from .writer import Writer
 
 if TYPE_CHECKING:  # the strategies call this module's emitters
@@ -208,6 +208,29 @@ def emit_rows_scratch(w: Writer, p: KernelPlan) -> None:
     for buffer, dtype in zip(partials(p.over_rows), p.over_rows.acc_dtypes):
         w.line(f"{buffer} = torch.empty(programs, dtype={held_dtype(dtype)}, device=in0.device)")
     w.line(f"{TICKETS} = _tickets(in0.device, 1)")
+
+
+def emit_shared_scratch(w: Writer, p: KernelPlan, folds: list[TileReduce]) -> None:
+    """The scratch of programs sharing an attach's rows (:mod:`.exchange`): per attached fold ``folds``, a
+    partial per (row, program) and a status word per (row tile, program), with the status each launch
+    publishes; none when rows are not shared. Triton's interpreter runs programs one after another, so a program
+    there could never see a later one's partial: rows are never shared on it. Shared launches are not tuned: the
+    autotuner's timed launches all pass one status value, so the launch after them would find every word set."""
+    w.line("split = 1 if interpret else cfg['SPLIT']")
+    with w.block("if split > 1:"):
+        w.line("tune, space = False, [cfg]", comment="the autotuner's timed launches would leave the words set")
+        w.line("tiles = triton.cdiv(M, cfg['BLOCK_M'])")
+        w.line(f"status = _status_words(in0.device, tiles * {len(folds)} * split)",
+               comment="and the status each launch publishes")
+        w.line(f"{FLAGS} = status.words")
+        for n, fold in enumerate(folds):
+            for buffer, dtype in zip(shared_partials(n, fold), fold.acc_dtypes):
+                w.line(f"{buffer} = torch.empty(tiles * cfg['BLOCK_M'] * split, dtype={held_dtype(dtype)}, "
+                       "device=in0.device)")
+    with w.block("else:"):
+        w.line("status = _StatusWords(None)", comment="the kernel ignores its status value")
+        unused = [FLAGS] + [b for n, fold in enumerate(folds) for b in shared_partials(n, fold)]
+        w.line(f"{' = '.join(unused)} = {p.outputs[0].name}", comment="unused unless rows are shared")
 
 
 def emit_ticket_scratch(w: Writer, p: KernelPlan, fold: TileReduce) -> None:

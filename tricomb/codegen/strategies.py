@@ -25,10 +25,10 @@ from ..pipeline.printer import stage_text
 from .attach import emit_attach_body
 from .combine import emit_reduce_body, emit_scan_body
 from .kernel import Param, emit_map_body, fixed, given, layout_parameters, meta
-from .launcher import emit_look_back_scratch, emit_rows_scratch, emit_ticket_scratch
+from .launcher import emit_look_back_scratch, emit_rows_scratch, emit_shared_scratch, emit_ticket_scratch
 from .lookback import packing
 from .scalar import ScalarContext
-from .scratch import FLAGS, READY, TICKETS, aggregates, partials, prefixes
+from .scratch import FLAGS, READY, TICKETS, aggregates, partials, prefixes, shared_partials
 from .writer import Writer
 
 
@@ -77,9 +77,10 @@ class KernelStrategy:
         """How :func:`describe` names a dimension group."""
         return group.kind
 
-    def chosen(self, shape: tuple[int, ...], inner: bool, interpret: bool) -> list[str]:
-        """What the launch chooses for inputs broadcasting to ``shape`` (``inner``: a row's elements are contiguous),
-        as lines for ``explain``; none where nothing is chosen beyond the tiles."""
+    def chosen(self, shape: tuple[int, ...], inner: bool, interpret: bool, num_sms: int = 0) -> list[str]:
+        """What the launch chooses for inputs broadcasting to ``shape`` (``inner``: a row's elements are contiguous)
+        on a device of ``num_sms`` SMs (0 for the CPU), as lines for ``explain``; none where nothing is chosen
+        beyond the tiles."""
         return []
 
     def description(self) -> list[str]:
@@ -231,34 +232,58 @@ class AttachKernel(KernelStrategy):
     def name(self) -> str:
         return "attach" if any(isinstance(s, Attach) for s in self.plan.segments) else "per-row reduce"
 
+    @property
+    def do_not_specialize(self) -> tuple[str, ...]:
+        return (READY,) if self.plan.shareable else ()  # a new status value each launch
+
     def parameters(self) -> tuple[Param, ...]:
         p = self.plan
-        scratch = [fixed(name) for name in partials(p.over_rows)] + [fixed(TICKETS)] if p.over_rows else []
-        return (*_slots_given(p), *scratch, fixed("M"), fixed("K"), *layout_parameters(p), meta("BLOCK_M"),
-                meta("BLOCK_K"), meta("WIDE", "wide"))
+        if p.over_rows is not None:
+            return (*_slots_given(p), *[fixed(name) for name in partials(p.over_rows)], fixed(TICKETS),
+                    *self._sizes(), meta("WIDE", "wide"))
+        if not p.shareable:
+            return (*_slots_given(p), *self._sizes(), meta("WIDE", "wide"))
+        shared = [fixed(name) for n, fold in enumerate(_shared_folds(p)) for name in shared_partials(n, fold)]
+        return (*_slots_given(p), given(READY), fixed(FLAGS), *shared, fixed("SPLIT", "split"), *self._sizes(),
+                meta("SHARED", "split > 1"), meta("WIDE", "wide"))
+
+    def _sizes(self) -> list[Param]:
+        return [fixed("M"), fixed("K"), *layout_parameters(self.plan), meta("BLOCK_M"), meta("BLOCK_K")]
 
     def emit_body(self, w: Writer, ctx: ScalarContext, combines: tuple[str, ...]) -> None:
         emit_attach_body(w, ctx, self.plan, combines)
 
     def schedule_call(self, inner: str) -> str:
-        return f"schedule_attach(M, K, {inner}, interpret)"
+        sms = ", _num_sms(in0.device)" if self.plan.shareable else ""
+        return f"schedule_attach(M, K, {inner}, interpret{sms})"
 
     def emit_scratch(self, w: Writer) -> None:
         if self.plan.over_rows is not None:
             emit_rows_scratch(w, self.plan)
-        super().emit_scratch(w)
+        if not self.plan.shareable:
+            super().emit_scratch(w)
+            return
+        emit_shared_scratch(w, self.plan, _shared_folds(self.plan))
 
     def grid(self) -> str:
         if self.plan.over_rows is not None:
             return "lambda meta: (programs,)"
+        if self.plan.shareable:
+            return "lambda meta: (triton.cdiv(M, meta['BLOCK_M']), split)"
         return "lambda meta: (triton.cdiv(M, meta['BLOCK_M']),)"
 
-    def chosen(self, shape: tuple[int, ...], inner: bool, interpret: bool) -> list[str]:
+    def chosen(self, shape: tuple[int, ...], inner: bool, interpret: bool, num_sms: int = 0) -> list[str]:
         axes = self.plan.binding.axes
         K = math.prod(shape[d] for d in axes)
         M = math.prod(n for d, n in enumerate(shape) if d not in axes)
-        cfg = schedule_attach(M, K, inner, interpret)
+        cfg = schedule_attach(M, K, inner, interpret, num_sms if self.plan.shareable else 0)
         tiles = f"tiles of {cfg['BLOCK_M']} x {cfg['BLOCK_K']}"
+        if cfg["SPLIT"] > 1:
+            part = math.ceil(K / cfg["SPLIT"])
+            how = "held on chip" if part <= cfg["BLOCK_K"] else "swept"
+            return [f"  chosen for these inputs: {M} rows of {K} elements, each shared by {cfg['SPLIT']} programs "
+                    f"(one an SM), {tiles}: each part of {part} elements {how}, the programs exchanging each "
+                    "attached fold's partials"]
         if K <= cfg["BLOCK_K"]:
             return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row read once, held on chip"]
         if self.plan.one_hot is not None:
@@ -291,6 +316,11 @@ class AttachKernel(KernelStrategy):
                          "rows, the program drawing the last ticket folds the programs' partials in order")
             lines += _stages_line("after", p.following(p.over_rows, Elementwise))
         return lines
+
+
+def _shared_folds(p: KernelPlan) -> list[TileReduce]:
+    """The attached folds that programs sharing a row exchange: those of the plan's one-pass form, if any."""
+    return list((p.long_rows or p).folds)
 
 
 _STRATEGIES: dict[type, type[KernelStrategy]] = {TileReduce: ReduceKernel, TileScan: ScanKernel}

@@ -72,6 +72,12 @@ class KernelPlan:
         """The reduce over the rows' results after the per-row one, if any."""
         return next((s for s in self.segments if isinstance(s, RowsReduce)), None)
 
+    @property
+    def shareable(self) -> bool:
+        """Programs may share its rows (a few long rows, a whole array): attaches, and nothing folded after them
+        (their result is the stream's elements, each program storing its own)."""
+        return bool(self.folds) and self.folds[-1].attached and self.over_rows is None
+
     def following(self, segment: Segment, kind: type) -> Segment:
         """The first segment of type ``kind`` after ``segment``."""
         at = self.segments.index(segment)

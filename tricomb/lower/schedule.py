@@ -47,11 +47,13 @@ def schedule_reduce(M, K, inner, num_sms, interpret, per_tile=False):
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": split, "num_warps": warps}
 
 
-def schedule_attach(M, K, inner, interpret):
+def schedule_attach(M, K, inner, interpret, num_sms=0):
     """Attaches over ``M`` rows of ``K`` elements: ``BLOCK_M`` rows by ``BLOCK_K`` elements a tile. A row of up
     to 16384 contiguous elements is one tile (read once, held in registers: 16 warps hold 8192 float32 in 16
     registers a thread), several rows a tile when short; a longer row is swept in tiles of 4096. With the
-    reduced elements strided (a reduce along an outer axis), rows are the contiguous side: 32 a tile."""
+    reduced elements strided (a reduce along an outer axis), rows are the contiguous side: 32 a tile.
+
+    ``num_sms`` is given for a plan whose rows programs may share (:func:`share_rows`); else ``SPLIT`` is 1."""
     limit = 1 << 16 if interpret else 16384
     k_pow = max(triton.next_power_of_2(max(K, 1)), 2)
     if inner:
@@ -60,9 +62,24 @@ def schedule_attach(M, K, inner, interpret):
     else:
         block_m = min(max(triton.next_power_of_2(max(M, 1)), 2), limit // 16 if interpret else 32)
         block_k = max(min(k_pow, (limit if interpret else 8192) // block_m), 2)
+    split = share_rows(M, K, block_m, block_k, num_sms) if inner and not interpret else 1
+    if split > 1:  # a part in one tile when it fits, else swept in tiles of 4096
+        part_pow = triton.next_power_of_2(triton.cdiv(K, split))
+        block_k = part_pow if part_pow <= limit else 4096
     tile = block_m * block_k
     warps = 4 if tile <= 2048 else 8 if tile <= 4096 else 16
-    return {"BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": warps}
+    return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": split, "num_warps": warps}
+
+
+def share_rows(M, K, block_m, block_k, num_sms):
+    """How many programs share each row tile of an attach plan: 1, or when the rows are longer than a tile and
+    their tiles fill at most half the GPU (a whole array, a few long rows), as many as the SMs allow (one program
+    an SM, so that every program is resident at once: they wait for each other's partials), each part at least
+    2048 elements, at most 256 parts (what one exchange reads in a step). ``num_sms`` 0: never shared."""
+    tiles = triton.cdiv(max(M, 1), block_m)
+    if not num_sms or K <= block_k or 2 * tiles > num_sms:
+        return 1
+    return max(min(num_sms // tiles, triton.cdiv(K, 2048), 256), 1)
 
 
 def split_rows(M, block_m, K, block_k, num_sms):
