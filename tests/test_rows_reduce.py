@@ -87,7 +87,7 @@ def test_explain_names_the_reduce_over_the_rows():
 
 @pytest.mark.parametrize("build, match", [
     (lambda: tc.sum(axis=-1) >> tc.mean(), "takes no mean"),
-    (lambda: tc.sum(axis=-1) >> tc.argmax(), "takes no argmax"),
+    (lambda: tc.sum(axis=-1) >> tc.argmax(), "takes no argmax.*Split the pipeline"),
     (lambda: tc.sum(axis=-1) >> tc.reduce(lambda a, b: a - 2 * b + a * b * 0, identity=0.0), "must commute|associative"),
     (lambda: tc.sum(axis=-1) >> tc.sum() >> tc.sum(), "third reduce"),
     (lambda: tc.sum(axis=-1) >> tc.sum() >> tc.zip_with(lambda s, y: s + y), "brings in an input"),

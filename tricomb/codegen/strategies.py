@@ -296,9 +296,11 @@ class AttachKernel(KernelStrategy):
 
     def description(self) -> list[str]:
         p = self.plan
-        lines = [*super().description(),
-                 "  plan: a row of at most BLOCK_K elements is read once and held on chip through every fold; a "
-                 "longer one is swept once per attached fold and once more, every other sweep from the row's end"]
+        plan = ("  plan: a row of at most BLOCK_K elements is read once and held on chip through every fold; a "
+                "longer one is swept once per attached fold and once more, every other sweep from the row's end"
+                if self.name == "attach" else
+                "  plan: whole rows a program, a row of at most BLOCK_K elements read as one tile, a longer one swept")
+        lines = [*super().description(), plan]
         for fold in p.folds:
             lines.append(self._fold_line(fold) + ("" if fold.attached else " (the reduce after the attaches)"))
             after = p.following(fold, Elementwise)

@@ -230,7 +230,8 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
         if len(combines) > 1 and not (scan_then_reduce or over_rows):
             raise UnsupportedError(f"this {kind} is the pipeline's {_ORDINALS.get(len(combines), 'next')} reduce or "
                                    "scan; one pipeline holds one, a scan and then a reduce over the scanned axis, or "
-                                   "a reduce and then a reduce over all the axes it leaves. Split it into two "
+                                   "a reduce and then a reduce over all the axes it leaves (a library function may "
+                                   "hold some: cross_entropy(reduction='mean') ends in two). Split it into two "
                                    "pipelines", stage.location)
         if over_rows:
             _check_rows_reduce(pipeline, i)
@@ -251,11 +252,14 @@ def _check_rows_reduce(pipeline: PipelineIR, at: int) -> None:
     count and ``argmax``'s positions count along the first reduce's row), and nothing after it reads
     coordinates or brings in an input (no row is left to index)."""
     stage = pipeline.stages[at]
-    if stage.mean or stage.index:
-        name = "mean" if stage.mean else "argmax/argmin"
-        raise UnsupportedError(f"a reduce over the rows after a reduce takes no {name} yet: its count and positions "
-                               "are along the first reduce's rows. Sum here and divide in a map after (the "
-                               "count of rows is the product of the sizes), or split the pipeline", stage.location)
+    if stage.mean:
+        raise UnsupportedError("a reduce over the rows after a reduce takes no mean yet: its count is along the "
+                               "first reduce's rows. Sum here and divide in a map after (the count of rows is the "
+                               "product of the sizes), or split the pipeline", stage.location)
+    if stage.index:
+        raise UnsupportedError("a reduce over the rows after a reduce takes no argmax/argmin yet: its positions are "
+                               "along the first reduce's rows. Split the pipeline: the per-row reduce, then the "
+                               "argmax of its result", stage.location)
     if not operator_commutes(stage):
         raise UnsupportedError("a reduce over the rows after a reduce folds each program's rows and then the "
                                "programs' partials, not the rows in order, so its operator must commute; split "
