@@ -37,14 +37,14 @@ class _Pass:
     (it stores the elements, or folds them into the reduce after the attaches). ``results`` holds each attach's
     row results found so far; with ``whole`` (the row is one tile) the pass finds them itself, from its own tile,
     and a fold not in order folds the row at once into ``totals``; ``share`` turns a fold's totals of this
-    program's part of the row into the row's (:func:`_shared_totals`), or is None when the program holds the row."""
+    program's part of the row into the row's (:func:`_shared`), or is None when the program holds the row."""
 
     def __init__(self, w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], address: dict,
                  results: dict[int, list[Value]], accs: dict[int, list[str]], whole: bool, tile: str = TILE,
                  share=None):
         self.w, self.ctx, self.p, self.combines, self.address = w, ctx, p, combines, address
         self.results, self.accs, self.whole, self.tile = results, accs, whole, tile
-        self.share = share or (lambda n, totals: totals)
+        self.share = share or _held
         self.totals: dict[int, list[str]] = {}
         self.values: dict[str, Value] = {}
 
@@ -220,6 +220,11 @@ def _whole_row(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str
         _final(w, ctx, p, one.totals_of(len(p.folds) - 1), rows)
 
 
+def _held(n: int, totals: list[str]) -> list[str]:
+    """A fold's totals when the program holds the whole row: the row's already."""
+    return totals
+
+
 @dataclass(frozen=True, slots=True)
 class _Span:
     """The elements of a row a program sweeps: ``length`` of them from ``start`` (the whole row, or a shared
@@ -258,7 +263,7 @@ def _sweeps(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, .
             _Pass(w, ctx, p, combines, address, results, accs, whole=False).run(until)
         if until is not None:
             totals = totals_of(w, p, n, accs[n], combines[n])
-            results[n] = row_results(w, ctx, p, n, span.share(n, totals) if span.share else totals)
+            results[n] = row_results(w, ctx, p, n, (span.share or _held)(n, totals))
         elif folds:
             _final(w, ctx, p, totals_of(w, p, n, accs[n], combines[n]), rows)
     return results

@@ -11,7 +11,7 @@ SM, and Triton's interpreter, which runs programs one after another, never share
 from __future__ import annotations
 
 from ..lower.segments import TileReduce
-from .fold import PARTS, fold_partials, identity_text, reduce_tile
+from .fold import PARTS, fold_partials, partials_total
 from .kernel import fields
 from .scratch import FLAGS, shared_partials
 from .writer import Writer
@@ -37,9 +37,5 @@ def emit_exchange(w: Writer, fold: TileReduce, n: int, count: int, totals: list[
     w.line("parts_end = SPLIT")
     accs = fold_partials(w, fold, combine, buffers, "rows", "SPLIT", "BLOCK_M", "row_mask")
     names = fields(f"row_total{n}_", fold.width) if fold.width > 1 else [f"row_total{n}"]
-    if fold.ordered:
-        for j, (name, acc) in enumerate(zip(names, accs)):
-            w.line(f"{name} = tl.where(row_mask, {acc}, {identity_text(fold, j)})")
-    else:
-        w.line(f"{', '.join(names)} = {reduce_tile(fold, accs, combine)}")
+    partials_total(w, fold, combine, accs, names, "row_mask")
     return names

@@ -112,13 +112,19 @@ def emit_last_program(w: Writer, fold: TileReduce, combine: str, totals: list[st
     w.line(f"keep = {scalar_where(f'ticket == {split} - 1', row_mask, 'False')}")
     w.line(f"parts_end = {split} * (ticket == {split} - 1).to(tl.int32)", comment="only the last program reads partials")
     accs = fold_partials(w, fold, combine, partial_buffers(fold), rows, split, block, "keep")
+    partials_total(w, fold, combine, accs, totals, "keep")
+    w.line(f"tl.atomic_xchg({TICKETS} + {ticket}, 0, mask=ticket == {split} - 1)")
+
+
+def partials_total(w: Writer, fold: TileReduce, combine: str, accs: list[str], names: list[str], mask: str) -> None:
+    """``names`` := the total of the partials folded into ``accs`` (:func:`fold_partials`), the identity where
+    ``mask`` does not hold for an operator folded in order."""
     if fold.ordered:
-        for j, (t, acc) in enumerate(zip(totals, accs)):
-            w.line(f"{t} = tl.where(keep, {acc}, {identity_text(fold, j)})",
+        for j, (name, acc) in enumerate(zip(names, accs)):
+            w.line(f"{name} = tl.where({mask}, {acc}, {identity_text(fold, j)})",
                    comment="one use of the loop's result" if j == 0 else None)
     else:
-        w.line(f"{', '.join(totals)} = {reduce_tile(fold, accs, combine)}")
-    w.line(f"tl.atomic_xchg({TICKETS} + {ticket}, 0, mask=ticket == {split} - 1)")
+        w.line(f"{', '.join(names)} = {reduce_tile(fold, accs, combine)}")
 
 
 def fold_partials(w: Writer, fold: TileReduce, combine: str, buffers: list[str], rows: str, split: str, block: str,
