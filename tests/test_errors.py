@@ -372,19 +372,6 @@ def test_out_sharing_memory_is_an_alias_error():
     assert isinstance(tc.AliasError("m"), ValueError)
 
 
-def test_an_input_requiring_grad_in_grad_mode_is_refused_on_every_path():
-    """After a call under torch.no_grad() (which prepares a launch and enters the module in the disk index), a
-    call in grad mode is refused, by the same pipeline and by a new one the disk index knows."""
-    x = torch.randn(5, requires_grad=True)
-    pipe = tc.map(lambda v: v * 3.0 - 1.0)
-    with torch.no_grad():
-        assert torch.allclose(pipe(x), x.detach() * 3.0 - 1.0)
-    with pytest.raises(tc.UnsupportedError, match="requires grad"):
-        pipe(x)
-    with pytest.raises(tc.UnsupportedError, match="requires grad"):
-        tc.map(lambda v: v * 3.0 - 1.0)(x)
-
-
 class _Wrapper(torch.Tensor):
     """A wrapper subclass: a tensor of its own __torch_dispatch__ with no memory of its own (as DTensor's)."""
 
@@ -413,7 +400,6 @@ _UNREADABLE = {
                       "a nested tensor"),
     "sparse coo": (lambda: torch.randn(2, 3).to_sparse(), "sparse_coo"),
     "sparse csr": (lambda: torch.randn(2, 3).to_sparse_csr(), "sparse_csr"),
-    "fake": (lambda: _fake((2, 3)), "FakeTensor"),
     "wrapper subclass": (lambda: _Wrapper(torch.randn(2, 3)), "_Wrapper"),
 }
 
@@ -436,6 +422,16 @@ def test_a_tensor_kind_a_kernel_cannot_read_is_a_dtype_error_before_anything_run
             assert launches.triton == 0
             assert f"{name} " in str(info.value) and "pass a plain dense tensor (" in str(info.value)
             assert (info.value.location.file, info.value.location.line) == (HERE, _line_of("# kind-call"))
+
+
+def test_a_fake_out_is_a_dtype_error_before_anything_runs():
+    """A FakeTensor input goes through the torch operator (tests/test_compile.py), but as out= beside real
+    inputs it has no memory to write, like the kinds above."""
+    with count_launches() as launches, pytest.raises(tc.DTypeError, match="FakeTensor"):
+        tc.map(tc.exp)(torch.randn(2, 3), out=_fake((2, 3)))
+    assert launches.triton == 0
+    with pytest.raises(tc.DTypeError, match="fake"):
+        tc.map(tc.exp)(_fake((2, 3)), out=torch.empty(2, 3))
 
 
 def test_a_tensor_inside_vmap_is_a_dtype_error():

@@ -20,6 +20,7 @@ LAYERS = [
     ("lower", {"lower"}),
     ("codegen", {"codegen"}),
     ("compiler", {"compiler"}),  # the pass list: lower and codegen, in order
+    ("autograd", {"autograd"}),  # backward pipelines: stage IR to stage IR, run by the runtime's operator
     ("runtime", {"runtime"}),
     ("api", {"api", "library", "__init__", "dsl", "cli", "commands", "testing", "__main__"}),
 ]

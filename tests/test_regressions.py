@@ -87,13 +87,6 @@ def test_empty_out_is_not_an_alias():
     assert tc.map(tc.exp)(torch.empty(0), out=torch.empty(0)).numel() == 0
 
 
-def test_inputs_that_require_grad_are_refused():
-    with pytest.raises(tc.TricombError, match="detach"):
-        tc.map(tc.exp)(torch.randn(3, requires_grad=True))
-    with torch.no_grad():
-        tc.map(tc.exp)(torch.randn(3, requires_grad=True))
-
-
 def test_emitted_launch_refuses_other_ranks_dtypes_and_layouts():
     from tricomb.runtime.loader import load_module
     module = load_module((tc.map(tc.exp) >> tc.sum()).source(torch.randn(100)), interpret=True)

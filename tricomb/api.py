@@ -16,7 +16,7 @@ from .pipeline.operators import normalized_identity
 from .pipeline.printer import pipeline_text
 from .pipeline.shorthands import SHORTHANDS, Shorthand
 from .pipeline.verify import operator_spec, verify
-from .runtime import launch
+from .runtime import launch, operator
 from .scalar.ir import Arg, Call, Function, JitCall, walk
 from .scalar.trace import BUILTINS, to_function
 
@@ -93,7 +93,10 @@ class Pipeline:
         if named:
             raise ArgumentError(f"a pipeline takes its inputs by position, not as {', '.join(k + '=' for k in named)}"
                                 "; call pipe(x, y) (out= is the one keyword)", caller_location())
-        result = launch.run(self.ir, self._cache, inputs, out)
+        if torch.compiler.is_compiling():  # (first: torch.compile traces this branch alone)
+            result = operator.call(self.ir, inputs, out)
+        else:
+            result = launch.run(self.ir, self._cache, inputs, out, operator.call)
         return result if self._named is None else self._named(result)
 
     @_nesting_refused

@@ -147,10 +147,6 @@ def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
             names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
             raise DTypeError(f"input {i} has dtype {str(t.dtype).replace('torch.', '')}; this version handles "
                              f"{names}. Convert it with .to(torch.float32)")
-    grads = [i for i, t in enumerate(tensors) if t.requires_grad]
-    if torch.is_grad_enabled() and grads:
-        raise UnsupportedError(f"input {grads[0]} requires grad, but tricomb kernels record no autograd graph; pass "
-                           "x.detach(), or call the pipeline under torch.no_grad()")
     devices = {t.device for t in tensors}
     if len(devices) > 1:
         listed = ", ".join(f"input {i} on {t.device}" for i, t in enumerate(tensors))

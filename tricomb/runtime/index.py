@@ -42,7 +42,7 @@ def _indexable(pipeline: PipelineIR) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def _code() -> str:
+def code_digest() -> str:
     """A digest of tricomb's own source files: a change to the code generator misses every older entry."""
     package = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
@@ -55,7 +55,7 @@ def _digest(pipeline: PipelineIR, key) -> str:
     inputs, default = key
     layout = [(str(dtype), tuple(shape), tuple(stride), str(device), *rest) for dtype, shape, stride, device, *rest
               in inputs]
-    text = repr((_code(), torch.__version__, triton.__version__, ir_key(pipeline), layout, str(default)))
+    text = repr((code_digest(), torch.__version__, triton.__version__, ir_key(pipeline), layout, str(default)))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -15,6 +15,7 @@ from types import ModuleType
 
 import numpy
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from .. import compiler
 from ..lower.bind import Binding
@@ -96,13 +97,13 @@ def fast_key(tensors: tuple) -> tuple | None:
     """What fixes a prepared launch: each input's dtype, shape, strides, device and 16-byte alignment (Triton
     specializes pointers on it), its lazy negation and conjugation bits and whether it requires grad, and torch's
     default dtype (the dtype of Python floats meeting integers). None, so that the full path says what is wrong,
-    when an input is not a strided tensor, or requires grad in grad mode (which the full path refuses: a launch
+    when an input is not a strided tensor, or requires grad in grad mode (which goes through the operator: a launch
     prepared under ``torch.no_grad()``, or found in the disk index, must not serve such a call)."""
     try:
+        if any(type(t).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__ for t in tensors):
+            return None  # a FakeTensor or a wrapper subclass: no data_ptr() to read (the full path says what to do)
         inputs = tuple((t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16, t.is_neg(), t.is_conj(),
                         t.requires_grad) for t in tensors)
-        if any(type(t).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__ for t in tensors):
-            return None  # a FakeTensor or a wrapper subclass: its data_ptr() reads 0 (the full path refuses it)
     except (AttributeError, RuntimeError, NotImplementedError, TypeError):  # sparse, nested, mkldnn, not tensors
         return None
     if any(requires_grad for *_, requires_grad in inputs) and torch.is_grad_enabled():
@@ -146,19 +147,35 @@ def _quiet(start):
     return run
 
 
-def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Tensor | None) -> torch.Tensor:
+def traced(tensors) -> bool:
+    """Whether a call must go through the torch operator (:mod:`.operator`): under torch.compile, or on fake
+    tensors (a tracer's)."""
+    return torch.compiler.is_compiling() or any(isinstance(t, torch.Tensor) and is_fake(t) for t in tensors)
+
+
+def needs_graph(tensors) -> bool:
+    """Whether a call records autograd history (an input requires grad, in grad mode) or is traced."""
+    grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+    return grad or traced(tensors)
+
+
+def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Tensor | None, graph=None):
     """Run the pipeline on ``tensors``: one kernel launch (none for an empty result).
 
     A call like an earlier one (same :func:`fast_key`, no ``out``, no schedule overrides) reuses that call's
     prepared launch: no binding, planning or argument computation, one dictionary lookup. The first such call
     in a process finds the module in the disk index when an earlier process built it (:mod:`.index`), and its
-    compiled kernel among those recorded (:mod:`.binaries`)."""
+    compiled kernel among those recorded (:mod:`.binaries`). A call that must record autograd history or is
+    traced (:func:`needs_graph`) is ``graph(pipeline, tensors, out)`` instead, when ``graph`` is given (the
+    torch operator's call)."""
     cache = kept.entries() if kept.jit_refs else kept.layouts
     overrides = _OVERRIDES.get()
     key = fast_key(tensors) if out is None and not overrides else None
     prepared = cache.get(key) if key is not None else None
     if prepared is not None:
         return prepared(*tensors)
+    if graph is not None and needs_graph(tensors):
+        return graph(pipeline, tensors, out)
     try:
         with SERIAL:
             return _first_call(pipeline, cache, tensors, out, key, overrides)
@@ -239,4 +256,5 @@ def lowered(pipeline: PipelineIR, tensors: tuple, until: str = "fuse", record: l
         return compiler.lower(pipeline, tensors, until=until, record=record)
 
 
-__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "lowered", "PipelineCache", "run", "schedule_overrides"]
+__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "lowered", "needs_graph", "PipelineCache", "run",
+           "schedule_overrides", "traced"]

@@ -443,3 +443,81 @@ def _reduced_shape(shape, axis, keepdim):
     if keepdim:
         return tuple(1 if d in axes else n for d, n in enumerate(shape))
     return tuple(n for d, n in enumerate(shape) if d not in axes)
+
+
+# ---- differentiable pipelines ----------------------------------------------------------------------------------
+
+# unary functions smooth on every real (a kink or a pole would make finite differences meaningless), built from
+# builtins, so that the derivative table's rule for each is exercised
+_SMOOTH_EVERYWHERE = {
+    "neg": lambda v: -v, "exp": lambda v: BUILTINS["exp"](0.5 * v), "exp2": lambda v: BUILTINS["exp2"](0.5 * v),
+    "expm1": lambda v: BUILTINS["expm1"](0.5 * v), "sin": BUILTINS["sin"], "cos": BUILTINS["cos"],
+    "tanh": BUILTINS["tanh"], "sigmoid": BUILTINS["sigmoid"], "softplus": BUILTINS["softplus"],
+    "gelu": BUILTINS["gelu"], "gelu_tanh": BUILTINS["gelu_tanh"], "silu": BUILTINS["silu"], "erf": BUILTINS["erf"],
+    "square": BUILTINS["square"], "log": lambda v: BUILTINS["log"](1.0 + v * v),
+    "log2": lambda v: BUILTINS["log2"](1.5 + BUILTINS["sin"](v)), "log1p": lambda v: BUILTINS["log1p"](v * v),
+    "sqrt": lambda v: BUILTINS["sqrt"](1.0 + v * v), "rsqrt": lambda v: BUILTINS["rsqrt"](1.0 + v * v),
+    "reciprocal": lambda v: BUILTINS["reciprocal"](2.0 + BUILTINS["sin"](v)),
+    "affine": lambda v: 0.75 * v - 0.5, "pow": lambda v: (1.0 + v * v) ** 1.5,
+}
+_SMOOTH_BINARY_EVERYWHERE = {
+    "add": BUILTINS["add"], "sub": BUILTINS["sub"], "mul": BUILTINS["mul"],
+    "div": lambda a, b: a / (1.0 + b * b), "logaddexp": BUILTINS["logaddexp"],
+    "pow": lambda a, b: BUILTINS["pow"](1.0 + a * a, BUILTINS["sin"](b)),
+    "where": lambda a, b: BUILTINS["where"](b > 0, a * b, a - b),
+}
+DIFFERENTIABLE_FOLDS = (None, "sum", "mean", "max", "min", "logsumexp", "cumsum")
+
+
+@st.composite
+def differentiable_cases(draw, max_numel: int = 24) -> Case:
+    """A pipeline whose gradient tricomb derives (maps and zip_withs of functions smooth everywhere, with at most
+    one sum, mean, max, min, logaddexp reduce or cumsum, and stages after it that may bring in inputs of its
+    result's shape), with float64 inputs of moderate values (in [-2, 2], none repeated, so a max has no tie)
+    and small sizes, for ``torch.autograd.gradcheck``. Inputs before a max or min have the full shape: a
+    broadcast input repeats its values along the reduced axes, which would tie."""
+    shape = _trim(draw(shapes(max_side=5)), max_numel)
+    fold = draw(st.sampled_from(DIFFERENTIABLE_FOLDS))
+    inputs = [_distinct(draw, shape)]
+    stages = []
+    for _ in range(draw(st.integers(0, 2))):
+        stages.append(_smooth_stage(draw, shape, inputs, full=fold in ("max", "min")))
+    if fold is not None:
+        stage, shape = _differentiable_fold(draw, fold, shape)
+        stages.append(stage)
+        for _ in range(draw(st.integers(0, 2))):
+            stages.append(_smooth_stage(draw, shape, inputs, full=False))
+    if not stages:
+        stages.append(api.map(_SMOOTH_EVERYWHERE[draw(st.sampled_from(sorted(_SMOOTH_EVERYWHERE)))]))
+    return Case(_compose(stages), tuple(inputs))
+
+
+def _distinct(draw, shape) -> torch.Tensor:
+    """float64 values in [-2, 2], all different (a random permutation of an evenly spaced grid, jittered)."""
+    n = math.prod(shape)
+    seed = draw(st.integers(0, 2 ** 31 - 1))
+    gen = torch.Generator().manual_seed(seed)
+    grid = torch.linspace(-2.0, 2.0, max(n, 1), dtype=torch.float64)[:n]
+    jitter = torch.rand(n, generator=gen, dtype=torch.float64) * (3.0 / max(n, 1))
+    return (grid + jitter)[torch.randperm(n, generator=gen)].reshape(shape)
+
+
+def _smooth_stage(draw, shape, inputs: list, full: bool) -> api.Pipeline:
+    if draw(st.booleans()):
+        return api.map(_SMOOTH_EVERYWHERE[draw(st.sampled_from(sorted(_SMOOTH_EVERYWHERE)))])
+    op = _SMOOTH_BINARY_EVERYWHERE[draw(st.sampled_from(sorted(_SMOOTH_BINARY_EVERYWHERE)))]
+    inputs.append(_distinct(draw, shape if full else draw(broadcastable(shape))))
+    return api.zip_with(op)
+
+
+def _differentiable_fold(draw, name: str, shape):
+    rank = len(shape)
+    bound = max(rank, 1)
+    if name == "cumsum":
+        return api.cumsum(axis=draw(st.integers(-bound, bound - 1)), reverse=draw(st.booleans()),
+                          exclusive=draw(st.booleans())), shape
+    axis = draw(st.one_of(st.none(), st.integers(-bound, bound - 1)))
+    keepdim = draw(st.booleans())
+    stage = api.reduce(BUILTINS["logaddexp"], axis=axis, keepdim=keepdim) if name == "logsumexp" else \
+        getattr(api, name)(axis=axis, keepdim=keepdim)
+    return stage, _reduced_shape(shape, axis, keepdim)

@@ -1,0 +1,284 @@
+"""Gradients: backward kernels derived from the forward IR, against torch.autograd and finite differences.
+
+Grouped by what they check: the derivative table (every builtin against torch's own derivative, at ordinary
+points and at torch's edge conventions), drawn pipelines (gradcheck and equality with torch differentiating
+the reference evaluation), what a backward runs (kernel counts, dtypes, which inputs get gradients), and the
+refusals (before anything launches).
+"""
+import pytest
+import torch
+from hypothesis import given, settings
+
+import tricomb as tc
+from conftest import DEVICES
+from tricomb.errors import UnsupportedError
+from tricomb.pipeline.evaluate import evaluate
+from tricomb.scalar.builtins import OPS, PUBLIC
+from tricomb.scalar.derivatives import NO_GRADIENT, VJP, rule_for
+from tricomb.testing import count_launches
+from tricomb.testing.strategies import differentiable_cases
+
+# values where each builtin is differentiable, and its torch reference defined
+_POSITIVE = ("log", "log2", "sqrt", "rsqrt", "reciprocal")
+_FLOAT_DTYPES = (torch.float64, torch.float32)
+
+
+def _points(name: str, n: int, dtype, device, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    low, high = (0.2, 3.0) if name in _POSITIVE else (-3.0, 3.0)
+    return (low + (high - low) * torch.rand(n, generator=gen, dtype=torch.float64)).to(dtype).to(device)
+
+
+def _grads(fn, inputs, cotangent):
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+    out = fn(*leaves)
+    grads = torch.autograd.grad(out, leaves, cotangent, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, grads)]
+
+
+def _close(dtype):
+    return {"rtol": 1e-10, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 2e-5, "atol": 1e-6}
+
+
+# ---- the derivative table ---------------------------------------------------------------------------------------
+
+def test_every_builtin_has_a_derivative_entry():
+    for name, spec in OPS.items():
+        if spec.converts_to is None:
+            assert (name in VJP) != (name in NO_GRADIENT), name
+        assert rule_for(name) is not None or name in NO_GRADIENT
+
+
+_DIFFERENTIABLE = sorted(n for n, s in PUBLIC.items() if n in VJP and n != "where")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", _FLOAT_DTYPES)
+@pytest.mark.parametrize("name", _DIFFERENTIABLE)
+def test_builtin_gradient_equals_torch(name, dtype, device):
+    spec = PUBLIC[name]
+    inputs = [_points(name, 16, dtype, device, seed=k) for k in range(spec.arity)]
+    if name == "pow":
+        inputs[0] = inputs[0].abs() + 0.2
+    pipe = tc.map(tc.__dict__[name]) if spec.arity == 1 else tc.zip_with(tc.__dict__[name])
+    cotangent = _points("g", 16, dtype, device, seed=7)
+    ours = _grads(pipe, inputs, cotangent)
+    theirs = _grads(spec.torch, inputs, cotangent)
+    for a, b in zip(ours, theirs):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, **_close(dtype))
+
+
+# torch's conventions where a function is not differentiable, or switches formula
+_EDGES = [
+    ("maximum", [[1.0, 2.0, 3.0, -0.0], [1.0, 1.0, 4.0, 0.0]]),  # ties: half to each side
+    ("minimum", [[1.0, 2.0, 3.0, float("nan")], [1.0, 1.0, 4.0, 2.0]]),
+    ("relu", [[0.0, -0.0, 1.0, -1.0]]),
+    ("abs", [[0.0, -0.0, 2.0, -2.0]]),
+    ("softplus", [[19.9, 20.0, 20.1, 30.0]]),
+    ("pow", [[0.0, 0.0, 2.0, 0.0], [0.0, 2.0, 0.0, -1.0]]),
+    ("sqrt", [[0.0, 1.0, 4.0, 9.0]]),
+    ("logaddexp", [[float("-inf"), 0.0, 1.0, 5.0], [0.0, float("-inf"), 1.0, -5.0]]),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name, values", _EDGES, ids=[e[0] for e in _EDGES])
+def test_builtin_gradient_follows_torch_at_edges(name, values, device):
+    spec = PUBLIC[name]
+    inputs = [torch.tensor(v, dtype=torch.float64, device=device) for v in values]
+    pipe = tc.map(tc.__dict__[name]) if spec.arity == 1 else tc.zip_with(tc.__dict__[name])
+    cotangent = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64, device=device)
+    for a, b in zip(_grads(pipe, inputs, cotangent), _grads(spec.torch, inputs, cotangent)):
+        torch.testing.assert_close(a, b, equal_nan=True)
+
+
+def test_where_sends_the_cotangent_to_the_branch_taken(device):
+    c = torch.tensor([True, False, True], device=device)
+    a, b = (torch.tensor(v, dtype=torch.float64, device=device, requires_grad=True) for v in ([1., 2, 3], [4., 5, 6]))
+    tc.zip_with(lambda c, a, b: tc.where(c, a * a, b))(c, a, b).sum().backward()
+    assert a.grad.tolist() == [2.0, 0.0, 6.0] and b.grad.tolist() == [0.0, 1.0, 0.0]
+
+
+# ---- drawn pipelines ---------------------------------------------------------------------------------------------
+
+@settings(max_examples=25)
+@given(case=differentiable_cases())
+def test_gradcheck(case):
+    inputs = [t.clone().requires_grad_(True) for t in case.inputs]
+    assert torch.autograd.gradcheck(case.pipeline, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, fast_mode=True)
+
+
+@settings(max_examples=40)
+@given(case=differentiable_cases())
+def test_gradients_equal_torch_differentiating_the_reference(case):
+    cotangent_seed = torch.Generator().manual_seed(len(case.inputs))
+    shape = evaluate(case.pipeline.ir, list(case.inputs)).shape
+    cotangent = torch.randn(shape, generator=cotangent_seed, dtype=torch.float64)
+    ours = _grads(case.pipeline, case.inputs, cotangent)
+    theirs = _grads(lambda *xs: evaluate(case.pipeline.ir, list(xs)), case.inputs, cotangent)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="float32 and bfloat16 gradients on the GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_in_low_precision_equal_torch(dtype):
+    x = torch.randn(64, 384, device="cuda", dtype=dtype)
+    w = torch.randn(384, device="cuda", dtype=dtype)
+    pipes = [tc.zip_with(lambda a, b: tc.silu(a) * b), tc.map(tc.softplus) >> tc.sum(axis=-1),
+             tc.zip_with(lambda a, b: a * b) >> tc.reduce(tc.logaddexp, axis=-1), tc.cumsum(axis=-1),
+             tc.zip_with(lambda a, b: tc.gelu_tanh(a) + b) >> tc.max(axis=0)]
+    for pipe in pipes:
+        inputs = (x, w)[:pipe.num_inputs]
+        out = pipe(*inputs)
+        cotangent = torch.randn_like(out)
+        ours = _grads(pipe, inputs, cotangent)
+        theirs = _grads(lambda *xs: evaluate(pipe.ir, list(xs)), inputs, cotangent)
+        for a, b in zip(ours, theirs):
+            assert a.dtype == b.dtype
+            tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
+            torch.testing.assert_close(a.float(), b.float(), **tol)
+
+
+# ---- what a backward runs ----------------------------------------------------------------------------------------
+
+def _backward_launches(pipe, *inputs):
+    leaves = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
+    out = pipe(*leaves)
+    cotangent = torch.ones_like(out)
+    torch.autograd.grad(out, [t for t in leaves if t.requires_grad], cotangent)  # builds the backward kernels
+    out = pipe(*leaves)
+    with count_launches() as launches:
+        grads = torch.autograd.grad(out, [t for t in leaves if t.requires_grad], cotangent)
+    return launches, grads
+
+
+@pytest.mark.parametrize("pipe, shapes, kernels", [
+    (tc.zip_with(lambda a, b: tc.silu(a) * b), [(6, 5), (6, 5)], 1),  # both gradients, one kernel
+    (tc.map(tc.softplus) >> tc.sum(axis=-1), [(6, 5)], 1),
+    (tc.sum(axis=-1), [(6, 5)], 0),  # the cotangent expanded: no kernel
+    (tc.cumsum(axis=0), [(6, 5)], 1),  # the reverse cumsum
+    (tc.zip_with(lambda a, b: a * b), [(6, 5), (5,)], 2),  # a broadcast input: its own kernel, summed in it
+], ids=["zip_with", "map-sum", "sum", "cumsum", "broadcast"])
+def test_backward_kernel_counts(pipe, shapes, kernels):
+    inputs = [torch.randn(s, dtype=torch.float64) for s in shapes]
+    launches, _ = _backward_launches(pipe, *inputs)
+    assert launches.triton == kernels and launches.torch_ops == [], (launches.triton, launches.torch_ops)
+
+
+def test_gradients_have_their_inputs_dtypes_and_shapes(device):
+    x = torch.randn(4, 6, device=device, dtype=torch.float16, requires_grad=True)
+    w = torch.randn(6, device=device, dtype=torch.float32, requires_grad=True)
+    out = tc.zip_with(lambda a, b: a * b + tc.exp(b))(x, w)
+    assert out.dtype == torch.float32
+    out.sum().backward()
+    assert x.grad.dtype == torch.float16 and w.grad.dtype == torch.float32 and w.grad.shape == (6,)
+    torch.testing.assert_close(w.grad, (x.float() + torch.exp(w)).sum(0).detach(), rtol=1e-3, atol=1e-3)
+
+
+def test_only_inputs_that_require_grad_get_one(device):
+    x = torch.randn(3, 4, device=device, requires_grad=True)
+    y = torch.randn(3, 4, device=device)
+    out = tc.zip_with(lambda a, b: a * b)(x, y)
+    out.sum().backward()
+    assert y.grad is None and torch.equal(x.grad, y)
+
+
+def test_no_graph_under_no_grad_and_for_inputs_without_grad(device):
+    x = torch.randn(5, device=device, requires_grad=True)
+    with torch.no_grad():
+        assert not tc.map(tc.exp)(x).requires_grad
+    assert not tc.map(tc.exp)(x.detach()).requires_grad
+    assert tc.map(tc.exp)(x).grad_fn is not None
+
+
+def test_a_graph_is_recorded_on_every_path():
+    """After a call under torch.no_grad() (which prepares a launch and enters the module in the disk index), a
+    call in grad mode records a graph, by the same pipeline and by a new one the disk index knows."""
+    x = torch.randn(5, requires_grad=True)
+    pipe = tc.map(lambda v: v * 3.0 - 1.0)
+    with torch.no_grad():
+        assert torch.allclose(pipe(x), x.detach() * 3.0 - 1.0)
+    for p in (pipe, tc.map(lambda v: v * 3.0 - 1.0)):
+        x.grad = None
+        p(x).sum().backward()
+        torch.testing.assert_close(x.grad, torch.full_like(x, 3.0))
+
+
+def test_out_is_refused_when_a_graph_is_recorded():
+    """As torch's out= arguments, which do not support automatic differentiation."""
+    out, x = torch.empty(5), torch.randn(5, requires_grad=True)
+    with count_launches() as launches, pytest.raises(UnsupportedError, match="out="):
+        tc.map(tc.exp)(x, out=out)
+    assert launches.total == 0
+    with torch.no_grad():
+        tc.map(tc.exp)(torch.randn(5, requires_grad=True), out=out)
+
+
+def test_a_tuple_result_takes_a_cotangent_per_field(device):
+    x = torch.randn(4, 3, device=device, dtype=torch.float64, requires_grad=True)
+    pipe = tc.map(lambda v: (tc.sin(v), v * v))
+    s, q = pipe(x)
+    (s.sum() * 2).backward()  # the second field has no cotangent
+    torch.testing.assert_close(x.grad, 2 * torch.cos(x.detach()))
+    x.grad = None
+    s, q = pipe(x)
+    (s.sum() + q.sum()).backward()
+    torch.testing.assert_close(x.grad, torch.cos(x.detach()) + 2 * x.detach())
+
+
+def test_max_shares_ties_evenly_as_amax(device):
+    x = torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], device=device, requires_grad=True)
+    tc.max(axis=1)(x).sum().backward()
+    expected = torch.tensor([[0.0, 0.5, 0.5], [1 / 3, 1 / 3, 1 / 3]], device=device)
+    torch.testing.assert_close(x.grad, expected)
+
+
+def test_mean_spreads_over_the_count(device):
+    x = torch.randn(3, 8, device=device, requires_grad=True)
+    tc.mean(axis=(0, 1))(x).backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 1 / 24))
+
+
+# ---- refusals ----------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def jit_square():
+    import triton
+
+    @triton.jit
+    def square(v):
+        return v * v
+    return square
+
+
+def _refused_before_launch(pipe, *inputs, match: str):
+    leaves = [t.requires_grad_(True) for t in inputs]
+    with count_launches() as launches, pytest.raises(UnsupportedError, match=match):
+        pipe(*leaves)
+    assert launches.total == 0
+
+
+def test_a_jit_function_is_refused_by_name(jit_square):
+    _refused_before_launch(tc.map(jit_square), torch.randn(4), match="@triton.jit function square")
+
+
+@pytest.mark.parametrize("pipe, match", [
+    (tc.prod(axis=-1), "no gradient for prod"),
+    (tc.cummax(axis=-1), "no gradient for cummax"),
+    (tc.library.softmax(axis=-1), "attach"),
+    (tc.sum(axis=-1) >> tc.sum(), "second reduce"),
+], ids=["prod", "cummax", "attach", "rows-reduce"])
+def test_stages_without_a_derived_gradient_are_refused(pipe, match):
+    _refused_before_launch(pipe, torch.rand(3, 4) + 0.5, match=match)
+
+
+def test_a_refused_gradient_leaves_the_pipeline_usable():
+    pipe = tc.prod(axis=-1)
+    x = torch.rand(3, 4)
+    with pytest.raises(UnsupportedError):
+        pipe(x.clone().requires_grad_(True))
+    torch.testing.assert_close(pipe(x), torch.prod(x, -1))
+

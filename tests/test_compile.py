@@ -1,0 +1,217 @@
+"""Pipelines as a torch operator: torch.compile(fullgraph=True) sees each as one node, torch.library.opcheck is
+clean, sizes change without recompiling, and the eager call keeps its direct path."""
+import pytest
+import torch
+import torch._dynamo.testing
+
+import tricomb as tc
+from conftest import DEVICES
+from tricomb.runtime import operator
+
+_PIPES = {
+    "map": (tc.map(tc.softplus), [(5, 7)]),
+    "zip_with-broadcast": (tc.zip_with(lambda a, b: tc.silu(a) * b), [(5, 7), (7,)]),
+    "sum": (tc.map(tc.square) >> tc.sum(axis=-1), [(5, 7)]),
+    "logsumexp": (tc.reduce(tc.logaddexp, axis=0, keepdim=True), [(5, 7)]),
+    "cumsum": (tc.cumsum(axis=0, reverse=True), [(5, 7)]),
+    "tuple": (tc.map(lambda v: (tc.sin(v), v * v)), [(5, 7)]),
+    "softmax": (tc.library.softmax(axis=-1), [(5, 7)]),
+    "argmax": (tc.argmax(axis=1), [(5, 7)]),
+}
+
+
+def _inputs(shapes, device, grad=False):
+    return [torch.randn(s, device=device, dtype=torch.float64, requires_grad=grad) for s in shapes]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", sorted(_PIPES))
+def test_opcheck(name):
+    pipe, shapes = _PIPES[name]
+    grad = name not in ("softmax", "argmax")  # (no derived gradient through attach yet; argmax has none)
+    inputs = _inputs(shapes, "cpu", grad)
+    key = operator.op_key(pipe.ir)
+    torch.library.opcheck(torch.ops.tricomb.pipeline.default, (key, inputs))
+
+
+def _compiled(fn, **kwargs):
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    return torch.compile(fn, backend=counter, fullgraph=True, **kwargs), counter
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fullgraph_matches_eager_with_gradients(device):
+    act = tc.zip_with(lambda a, b: tc.silu(a) * b)
+    loss = tc.map(tc.softplus) >> tc.sum(axis=-1)
+    scan = tc.cumsum(axis=-1)
+
+    def f(x, w, y):
+        h = act(x @ w, y)
+        return loss(scan(h)).mean()
+
+    compiled, counter = _compiled(f)
+    x, w = _inputs([(6, 5), (5, 4)], device, grad=True)
+    y = torch.randn(6, 4, device=device, dtype=torch.float64)
+    got = compiled(x, w, y)
+    got.backward()
+    grads = (x.grad.clone(), w.grad.clone())
+    x.grad = w.grad = None
+    want = f(x, w, y)
+    want.backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(grads, (x.grad, w.grad))
+    assert counter.frame_count == 1
+
+
+def test_changing_sizes_does_not_recompile():
+    pipe = tc.zip_with(lambda a, b: a * tc.exp(b)) >> tc.sum(axis=-1)
+    compiled, counter = _compiled(lambda x, y: pipe(x, y) * 2, dynamic=True)
+    for n in (3, 8, 17, 40):
+        x, y = _inputs([(n, n + 1), (n + 1,)], "cpu")
+        torch.testing.assert_close(compiled(x, y), pipe(x, y) * 2)
+    assert counter.frame_count == 1
+
+
+def test_marked_dynamic_dims_do_not_recompile():
+    pipe = tc.library.softmax(axis=-1)
+    compiled, counter = _compiled(pipe)
+    for n in (4, 9, 30):
+        x = torch.randn(n, 6)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch.testing.assert_close(compiled(x), torch.softmax(x, -1))
+    assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("name", sorted(_PIPES))
+def test_every_kind_compiles_without_graph_breaks(name):
+    pipe, shapes = _PIPES[name]
+    inputs = _inputs(shapes, "cpu")
+    compiled, counter = _compiled(pipe)
+    got, want = compiled(*inputs), pipe(*inputs)
+    torch.testing.assert_close(got, want)
+    assert counter.frame_count == 1
+
+
+def test_named_result_and_out_under_compile():
+    x = torch.randn(4, 6)
+    values, indices = torch.compile(tc.cummax(axis=1), fullgraph=True)(x)
+    ref = torch.cummax(x, 1)
+    assert torch.equal(values, ref.values) and torch.equal(indices, ref.indices)
+    out = torch.empty(4)
+    total = tc.sum(axis=1)
+    result = torch.compile(lambda v, o: total(v, out=o), fullgraph=True)(x, out)
+    assert result is out or result.data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, x.sum(1))
+
+
+def test_eager_calls_do_not_take_the_operator(monkeypatch):
+    calls = []
+    original = operator.call
+    monkeypatch.setattr(operator, "call", lambda *a: calls.append(a) or original(*a))
+    pipe = tc.map(tc.exp)
+    x = torch.randn(8)
+    pipe(x)
+    pipe(x)
+    assert calls == []
+    pipe(x.requires_grad_(True))
+    assert len(calls) == 1
+
+
+def test_a_small_training_loop_under_compile(device):
+    """A block written with tricomb (SwiGLU, a logsumexp cross-entropy) trained for a few AdamW steps, compiled
+    with fullgraph and eager, from the same start: the same losses and weights."""
+    swiglu = tc.zip_with(lambda a, b: tc.silu(a) * b)
+    logsumexp = tc.reduce(tc.logaddexp, axis=-1)
+    picked = tc.zip_with(lambda z, onehot: z * onehot) >> tc.sum(axis=-1)
+
+    def loss_fn(params, x, onehot):
+        w1, w2, w3 = params
+        h = swiglu(x @ w1, x @ w2) @ w3
+        return (logsumexp(h) - picked(h, onehot)).mean()
+
+    def train(step_fn, steps=3):
+        gen = torch.Generator().manual_seed(0)
+        params = [(torch.randn(s, generator=gen, dtype=torch.float64) / 4).to(device).requires_grad_(True)
+                  for s in ((8, 16), (8, 16), (16, 5))]
+        x = torch.randn(12, 8, generator=gen, dtype=torch.float64).to(device)
+        onehot = torch.nn.functional.one_hot(torch.randint(0, 5, (12,), generator=gen), 5).double().to(device)
+        opt = torch.optim.AdamW(params, lr=1e-2)
+        losses = []
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = step_fn(params, x, onehot)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, [p.detach() for p in params]
+
+    compiled, counter = _compiled(loss_fn)
+    eager_losses, eager_params = train(loss_fn)
+    compiled_losses, compiled_params = train(compiled)
+    assert counter.frame_count == 1
+    torch.testing.assert_close(compiled_losses, eager_losses)
+    torch.testing.assert_close(compiled_params, eager_params)
+
+
+def test_opcheck_backward():
+    pipe = tc.zip_with(lambda a, b: a * tc.sin(b)) >> tc.sum(axis=-1)
+    x, y = _inputs([(4, 6), (6,)], "cpu")
+    result = [pipe(x, y)]
+    grads = [torch.randn(4, dtype=torch.float64)]
+    torch.library.opcheck(torch.ops.tricomb.pipeline_backward.default,
+                          (operator.op_key(pipe.ir), [0, 1], [x, y], result, grads))
+
+
+_CACHED_RUN = """
+import sys, torch, tricomb as tc
+from torch._dynamo.utils import counters
+pipe = tc.zip_with(lambda a, b: tc.silu(a) * b) >> tc.reduce(tc.logaddexp, axis=-1)
+def f(x, y):
+    return pipe(x, y).sum()
+x = torch.linspace(-2, 2, 30, dtype=torch.float64).reshape(5, 6).requires_grad_(True)
+y = torch.linspace(1, 3, 6, dtype=torch.float64).requires_grad_(True)
+loss = torch.compile(f, fullgraph=True)(x, y)
+loss.backward()
+print(repr([loss.item(), x.grad.sum().item(), y.grad.tolist()]))
+print(counters["aot_autograd"]["autograd_cache_hit"], file=sys.stderr)
+"""
+
+
+def test_a_graph_from_torchs_cache_runs_in_a_new_process(tmp_path):
+    """The second process reads the compiled forward and backward from Inductor's cache on disk, without
+    tracing the backward: it still finds its pipelines, and gives the first process's numbers."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+           "TORCHINDUCTOR_AUTOGRAD_CACHE": "1", "TRICOMB_CACHE_DIR": str(tmp_path / "tricomb")}
+    runs = [subprocess.run([sys.executable, "-c", _CACHED_RUN], env=env, capture_output=True, text=True, timeout=600)
+            for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    assert runs[0].stdout == runs[1].stdout
+    assert runs[1].stderr.strip().splitlines()[-1] != "0"  # the second one was served from the cache
+
+
+def test_fake_inputs_give_fake_results_of_torchs_shape_and_dtype():
+    from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
+    with FakeTensorMode():
+        x = torch.empty(3, 5, dtype=torch.float16)
+        w = torch.empty(5, dtype=torch.float32)
+        y = tc.zip_with(lambda a, b: a * b)(x, w)
+        s = tc.sum(axis=0)(x)
+    assert is_fake(y) and y.shape == (3, 5) and y.dtype == torch.float32
+    assert is_fake(s) and s.shape == (5,) and s.dtype == torch.float16
+
+
+def test_the_constant_marker_is_torchs():
+    """operator.op_key is marked as torch.compiler.assume_constant_result marks a function, without importing
+    torch._dynamo: the two marks must agree."""
+    marked = torch.compiler.assume_constant_result(lambda: 0)
+    assert {k for k in vars(marked)} == {k for k in vars(operator.op_key)} - {"__wrapped__"}

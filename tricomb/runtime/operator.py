@@ -1,0 +1,203 @@
+"""Pipelines as a torch operator: ``tricomb::pipeline``, registered through ``torch.library``.
+
+One custom operator runs every pipeline: ``tricomb::pipeline(str key, Tensor[] inputs) -> Tensor[]``, where
+``key`` names a pipeline in this process's table (a digest of its IR, :func:`op_key`). Its fake implementation
+is tricomb's own shape and dtype inference (the pipeline evaluated by torch on meta tensors, whose sizes may be
+symbolic), so ``torch.compile`` traces a call as one node with no graph break and no recompile when only sizes
+change; its autograd formula runs backward pipelines derived from the IR (:mod:`tricomb.autograd`): directly in
+an eager backward, and inside a second operator, ``tricomb::pipeline_backward``, in a traced one.
+
+The eager call does not go through the operator: :meth:`tricomb.api.Pipeline.__call__` launches directly, and
+takes this path only under ``torch.compile`` (or another tracer: fake or functional tensors), or when an input
+requires grad in grad mode.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Optional
+
+import torch
+from torch._subclasses.fake_tensor import is_fake
+
+from ..autograd import backward as autograd
+from ..errors import DTypeError, ShapeError, UnsupportedError, caller_location
+from ..pipeline.evaluate import evaluate_fields
+from ..pipeline.ir import PipelineIR
+from ..pipeline.key import ir_key
+from ..pipeline.verify import verify
+from ..serial import SERIAL
+from . import index, launch
+
+_NAME = "tricomb::pipeline"
+_BACKWARD = "tricomb::pipeline_backward"
+
+
+class _Entry:
+    """A pipeline known to the operator: its IR and its compiled entries (as a Pipeline keeps them)."""
+
+    __slots__ = ("ir", "cache")
+
+    def __init__(self, ir: PipelineIR):
+        self.ir = ir
+        self.cache = launch.PipelineCache(ir)
+
+
+# key -> entry; pipelines stay while the process lives, as the graphs naming their keys may
+_ENTRIES: dict[str, _Entry] = {}
+_KEYS: dict[PipelineIR, str] = {}
+
+
+def _key(ir: PipelineIR) -> str:
+    key = _KEYS.get(ir)
+    if key is None:
+        with SERIAL:
+            key = "p" + hashlib.sha256((index.code_digest() + ir_key(ir)).encode()).hexdigest()[:40]
+            _ENTRIES.setdefault(key, _Entry(ir))
+            _KEYS[ir] = key
+    return key
+
+
+def _constant_to_dynamo(fn):
+    """``fn`` marked as ``torch.compiler.assume_constant_result`` marks it (Dynamo calls it while tracing and
+    takes its result as a constant), without importing torch._dynamo, which that function does and which
+    would add its import time to every process's first call (tests/test_compile.py checks the two agree)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@_constant_to_dynamo
+def op_key(ir: PipelineIR) -> str:
+    """The operator's name for ``ir``, entered in the table: a digest of the IR (:func:`~tricomb.pipeline.key.
+    ir_key`) and of tricomb's code, so a graph torch cached on disk names the same pipeline in the process that
+    reads it back, and no graph cached by other tricomb code matches (a ``@triton.jit`` function is named by its
+    identity, which no other process shares). To torch.compile, a constant."""
+    return _key(ir)
+
+
+def _entry(key: str) -> _Entry:
+    entry = _ENTRIES.get(key)
+    if entry is None:
+        raise KeyError(f"tricomb::pipeline: no pipeline {key!r} in this process; a graph naming it was traced in "
+                       "another process, which called the pipeline there (call it here once, or trace again)")
+    return entry
+
+
+@torch.library.custom_op(_NAME, mutates_args=())
+def _pipeline(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    entry = _entry(key)
+    result = launch.run(entry.ir, entry.cache, tuple(inputs), None)
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+@_pipeline.register_fake
+def _pipeline_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    entry = _entry(key)
+    metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in inputs]
+    fields = evaluate_fields(entry.ir, metas, explain_errors=True)
+    device = inputs[0].device
+    # a field that is an input passed through is a new tensor laid out as torch's clone (as the launch makes it)
+    return [torch.empty_like(f, device=device) if any(f is m for m in metas) else
+            torch.empty_strided(f.shape, f.stride(), dtype=f.dtype, device=device) for f in fields]
+
+
+def _setup(ctx, inputs, output) -> None:
+    key, tensors = inputs
+    ctx.key = key
+    ctx.wanted = [i for i, t in enumerate(tensors) if t.requires_grad]
+    ctx.count = len(tensors)
+    if ctx.wanted:
+        autograd.check(_entry(key).ir)
+    ctx.save_for_backward(*tensors, *output)
+
+
+def _backward(ctx, grads):
+    saved = ctx.saved_tensors
+    inputs, result = list(saved[:ctx.count]), list(saved[ctx.count:])
+    grads = list(grads)
+    if launch.traced(inputs + [g for g in grads if g is not None]):
+        computed = torch.ops.tricomb.pipeline_backward(ctx.key, ctx.wanted, inputs, result, grads)
+    else:
+        computed = autograd.backward(_entry(ctx.key).ir, inputs, result, grads, tuple(ctx.wanted), run_fields)
+    per_input: list = [None] * ctx.count
+    for i, g in zip(ctx.wanted, computed):
+        per_input[i] = g
+    return None, per_input
+
+
+_pipeline.register_autograd(_backward, setup_context=_setup)
+
+
+@torch.library.custom_op(_BACKWARD, mutates_args=())
+def _pipeline_backward(key: str, wanted: list[int], inputs: list[torch.Tensor], result: list[torch.Tensor],
+                       grads: list[Optional[torch.Tensor]]) -> list[torch.Tensor]:
+    """The gradients of the inputs in ``wanted``, by the backward pipelines of the pipeline ``key``: what a
+    traced backward calls, so that a graph names only the forward pipeline (a graph read back from torch's
+    cache in another process finds it there, since tracing the caller entered it), and derives the backward
+    pipelines where it runs."""
+    computed = autograd.backward(_entry(key).ir, inputs, result, grads, tuple(wanted), run_fields)
+    return [_fresh(g, inputs[i], inputs + result + [g for g in grads if g is not None])
+            for g, i in zip(computed, wanted)]
+
+
+@_pipeline_backward.register_fake
+def _pipeline_backward_fake(key, wanted, inputs, result, grads):
+    return [torch.empty_like(inputs[i]) for i in wanted]
+
+
+def _fresh(g: torch.Tensor, like: torch.Tensor, arguments: list) -> torch.Tensor:
+    """``g`` as the operator must return it: a tensor of its own (an operator's result never aliases its
+    arguments, and a sum's gradient is its cotangent expanded), laid out as ``torch.empty_like(like)``, which
+    the fake implementation promises."""
+    expected = torch.empty_like(like)
+    shares = any(g.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in arguments)
+    if not shares and g.stride() == expected.stride():
+        return g
+    return expected.copy_(g)
+
+
+_VERIFIED: dict[PipelineIR, PipelineIR] = {}
+
+
+def run_fields(ir: PipelineIR, tensors: tuple) -> list[torch.Tensor]:
+    """Run a derived (backward) pipeline on real tensors, returning its result's fields."""
+    checked = _VERIFIED.get(ir)
+    if checked is None:
+        checked = _VERIFIED.setdefault(ir, verify(ir))
+    entry = _ENTRIES.get(_key(checked))
+    result = launch.run(entry.ir, entry.cache, tuple(tensors), None)
+    return list(result) if isinstance(result, tuple) else [result]
+
+
+def call(ir: PipelineIR, inputs: tuple, out=None):
+    """``ir`` on ``inputs`` through the operator: a tensor, or a tuple for a tuple result. With grad wanted, a
+    pipeline whose gradient is not derived is refused here, before anything runs. ``out`` gets the result
+    copied in, after its shape and dtype are checked."""
+    if not torch.compiler.is_compiling() and torch.is_grad_enabled() and \
+            any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+        if out is not None:
+            raise UnsupportedError("out= records no autograd history (as torch's out= arguments): with an input "
+                                   "that requires grad, drop out= and use the result, or call under torch.no_grad()",
+                                   caller_location())
+        autograd.check(ir)
+    fields = torch.ops.tricomb.pipeline(op_key(ir), list(inputs))
+    result = fields[0] if len(fields) == 1 else tuple(fields)
+    return result if out is None else _into(out, result)
+
+
+def _into(out, result):
+    """``result`` copied into ``out`` (a tensor, or a tuple of tensors for a tuple result)."""
+    pairs = list(zip(out, result)) if isinstance(result, tuple) and isinstance(out, (tuple, list)) else [(out, result)]
+    if len(pairs) != (len(result) if isinstance(result, tuple) else 1):
+        raise ShapeError(f"out= holds {len(pairs)} tensor(s) for a result of {len(result)} fields")
+    for o, r in pairs:
+        if not isinstance(o, torch.Tensor) or o.dtype != r.dtype:
+            raise DTypeError(f"out= must be a {r.dtype} tensor here, got {getattr(o, 'dtype', type(o).__name__)}")
+        if not torch.compiler.is_compiling() and is_fake(o) != is_fake(r):
+            raise DTypeError("out= must be a fake tensor for fake inputs (a tracer's), and a real one for real "
+                             "inputs; pass out= of the inputs' kind")
+        torch._check(o.shape == r.shape, lambda: "out= must have the result's shape")
+        o.copy_(r)
+    return out
+
+
+__all__ = ["call", "op_key", "run_fields"]
