@@ -65,12 +65,13 @@ class Pipeline:
     returns a tensor with torch's dtype and shape for the same computation. Compose with ``>>``.
     """
 
-    __slots__ = ("ir", "_cache", "_named")
+    __slots__ = ("ir", "_cache", "_named", "_key")
 
     def __init__(self, ir: PipelineIR):
         self.ir = verify(ir)
         self._cache = launch.PipelineCache(self.ir)
         self._named = _named_result(self.ir)
+        self._key = operator.key_function(self.ir)
 
     def __rshift__(self, other: "Pipeline") -> "Pipeline":
         if not isinstance(other, Pipeline):
@@ -94,7 +95,7 @@ class Pipeline:
             raise ArgumentError(f"a pipeline takes its inputs by position, not as {', '.join(k + '=' for k in named)}"
                                 "; call pipe(x, y) (out= is the one keyword)", caller_location())
         if torch.compiler.is_compiling():  # (first: torch.compile traces this branch alone)
-            result = operator.call(self.ir, inputs, out)
+            result = operator.traced_call(self._key, inputs, out)
         else:
             result = launch.run(self.ir, self._cache, inputs, out, operator.call)
         return result if self._named is None else self._named(result)

@@ -90,8 +90,8 @@ class ReduceRule:
         # the stream's cotangent, over arguments n (the spread cotangent), n + 1 (the result), n + 2 (ties)
         g, r = Traced(Arg(n)), Traced(Arg(n + 1))
         if name in ("maximum", "minimum"):
-            extras = [spread, kept, run(_tie_count(before, n, axes), (*early, kept))[0]]
-            share = (g / Traced(Arg(n + 2))) * (Traced(stream) == r)
+            extras = [spread, kept, run(_tie_count(before, n, axes, kept.dtype), (*early, kept))[0]]
+            share = (g / Traced(Arg(n + 2))) * (Traced(_as(stream, kept.dtype)) == r)
         elif name == "logaddexp":
             extras, share = [spread, kept], g * BUILTINS["exp"](Traced(stream) - r)
         else:
@@ -199,10 +199,18 @@ def _kept(t: torch.Tensor, fold: Reduce, axes: tuple[int, ...]) -> torch.Tensor:
     return t
 
 
-def _tie_count(before: Function, n: int, axes: tuple[int, ...]) -> PipelineIR:
-    """The pipeline counting, per row, the elements equal to the row's extreme (input ``n``, kept dims)."""
+def _as(expr: Expr, dtype: torch.dtype) -> Expr:
+    """``expr`` rounded to ``dtype``: a kernel computes a half-type stream in float32 and rounds the result
+    once, so an element ties with the extreme when it equals it in the result's dtype, as torch's stream of
+    that dtype would."""
+    return Call(convert_op(dtype), (expr,))
+
+
+def _tie_count(before: Function, n: int, axes: tuple[int, ...], dtype: torch.dtype) -> PipelineIR:
+    """The pipeline counting, per row, the elements equal to the row's extreme (input ``n``, kept dims, of
+    ``dtype``)."""
     stream = substitute(before, [Arg(i) for i in range(n)])[0]
-    equal = Function(n + 1, (Call("eq", (stream, Arg(n))),), "ties")
+    equal = Function(n + 1, (Call("eq", (_as(stream, dtype), Arg(n))),), "ties")
     return PipelineIR((ZipWith(equal) if n + 1 > 1 else Map(equal), Reduce(_ADD, axes, keepdim=True)))
 
 

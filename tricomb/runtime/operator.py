@@ -65,13 +65,19 @@ def _constant_to_dynamo(fn):
     return fn
 
 
-@_constant_to_dynamo
 def op_key(ir: PipelineIR) -> str:
     """The operator's name for ``ir``, entered in the table: a digest of the IR (:func:`~tricomb.pipeline.key.
     ir_key`) and of tricomb's code, so a graph torch cached on disk names the same pipeline in the process that
     reads it back, and no graph cached by other tricomb code matches (a ``@triton.jit`` function is named by its
-    identity, which no other process shares). To torch.compile, a constant."""
+    identity, which no other process shares)."""
     return _key(ir)
+
+
+def key_function(ir: PipelineIR):
+    """A function of no argument returning :func:`op_key` of ``ir``, which torch.compile calls while tracing
+    and takes the result of as a constant: what a pipeline keeps, so that tracing a call passes no IR object
+    (Dynamo cannot take every frozen dataclass as a constant) and the digest is computed only when traced."""
+    return _constant_to_dynamo(lambda: _key(ir))
 
 
 def _entry(key: str) -> _Entry:
@@ -169,17 +175,25 @@ def run_fields(ir: PipelineIR, tensors: tuple) -> list[torch.Tensor]:
 
 
 def call(ir: PipelineIR, inputs: tuple, out=None):
-    """``ir`` on ``inputs`` through the operator: a tensor, or a tuple for a tuple result. With grad wanted, a
-    pipeline whose gradient is not derived is refused here, before anything runs. ``out`` gets the result
-    copied in, after its shape and dtype are checked."""
-    if not torch.compiler.is_compiling() and torch.is_grad_enabled() and \
-            any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+    """``ir`` on ``inputs`` through the operator, eagerly (inputs that need a graph): a tensor, or a tuple for a
+    tuple result. With grad wanted, a pipeline whose gradient is not derived, or an ``out``, is refused here,
+    before anything runs."""
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
         if out is not None:
             raise UnsupportedError("out= records no autograd history (as torch's out= arguments): with an input "
                                    "that requires grad, drop out= and use the result, or call under torch.no_grad()",
                                    caller_location())
         autograd.check(ir)
-    fields = torch.ops.tricomb.pipeline(op_key(ir), list(inputs))
+    return _result(torch.ops.tricomb.pipeline(_key(ir), list(inputs)), out)
+
+
+def traced_call(key, inputs: tuple, out=None):
+    """The call torch.compile traces: the operator on ``inputs``, the pipeline named by ``key()`` (a
+    :func:`key_function`). ``out`` gets the result copied in, after its shape and dtype are checked."""
+    return _result(torch.ops.tricomb.pipeline(key(), list(inputs)), out)
+
+
+def _result(fields, out):
     result = fields[0] if len(fields) == 1 else tuple(fields)
     return result if out is None else _into(out, result)
 
@@ -200,4 +214,4 @@ def _into(out, result):
     return out
 
 
-__all__ = ["call", "op_key", "run_fields"]
+__all__ = ["call", "key_function", "op_key", "run_fields", "traced_call"]
