@@ -124,21 +124,23 @@ def test_eager_calls_do_not_take_the_operator(monkeypatch):
 
 
 def test_a_small_training_loop_under_compile(device):
-    """A block written with tricomb (SwiGLU, a logsumexp cross-entropy) trained for a few AdamW steps, compiled
-    with fullgraph and eager, from the same start: the same losses and weights."""
+    """An MLP block written with tricomb (RMSNorm, SwiGLU, a logsumexp cross-entropy) trained for a few AdamW
+    steps, compiled with fullgraph and eager, from the same start: the same losses and weights."""
+    norm = tc.library.rms_norm(eps=1e-6)
     swiglu = tc.zip_with(lambda a, b: tc.silu(a) * b)
     logsumexp = tc.reduce(tc.logaddexp, axis=-1)
     picked = tc.zip_with(lambda z, onehot: z * onehot) >> tc.sum(axis=-1)
 
     def loss_fn(params, x, onehot):
-        w1, w2, w3 = params
+        g, w1, w2, w3 = params
+        x = norm(x, g)
         h = swiglu(x @ w1, x @ w2) @ w3
         return (logsumexp(h) - picked(h, onehot)).mean()
 
     def train(step_fn, steps=3):
         gen = torch.Generator().manual_seed(0)
         params = [(torch.randn(s, generator=gen, dtype=torch.float64) / 4).to(device).requires_grad_(True)
-                  for s in ((8, 16), (8, 16), (16, 5))]
+                  for s in ((8,), (8, 16), (8, 16), (16, 5))]
         x = torch.randn(12, 8, generator=gen, dtype=torch.float64).to(device)
         onehot = torch.nn.functional.one_hot(torch.randint(0, 5, (12,), generator=gen), 5).double().to(device)
         opt = torch.optim.AdamW(params, lr=1e-2)

@@ -22,7 +22,7 @@ LAYERS = [
     ("compiler", {"compiler"}),  # the pass list: lower and codegen, in order
     ("autograd", {"autograd"}),  # backward pipelines: stage IR to stage IR, run by the runtime's operator
     ("runtime", {"runtime"}),
-    ("api", {"api", "library", "__init__", "dsl", "cli", "commands", "testing", "__main__"}),
+    ("api", {"api", "library", "library_backward", "__init__", "dsl", "cli", "commands", "testing", "__main__"}),
 ]
 
 # The torch oracle: every tricomb module these import (transitively, but for each other) is in these layers.

@@ -12,6 +12,7 @@ import inspect
 import numbers
 
 from . import api
+from . import library_backward as backward
 from .errors import ArgumentError, caller_location
 from .pipeline import online
 from .pipeline.operators import Laws, declare_laws
@@ -123,16 +124,20 @@ def softmax(axis=-1) -> api.Pipeline:
     ``exp`` an element; a longer row is swept twice, by the one-pass form the planner derives (the online
     normalizer, :func:`softmax_denominators`). Float inputs; the result has the input's shape and dtype (half
     types computed in float32). A row holding NaN or ``+inf``, or only ``-inf``, is NaN, as torch's."""
-    return (api.attach(api.max(axis=axis)) >> api.map(lambda v, m: exp(v - m)) >> api.attach(api.sum(axis=axis))
+    pipe = (api.attach(api.max(axis=axis)) >> api.map(lambda v, m: exp(v - m)) >> api.attach(api.sum(axis=axis))
             >> api.map(lambda e, s: e / s))
+    backward.softmax(pipe, axis)
+    return pipe
 
 
 @_arguments_named
 def log_softmax(axis=-1) -> api.Pipeline:
     """``x - m - log(s)`` along ``axis``, as torch.log_softmax, in the form :func:`softmax` takes (special values
     as its)."""
-    return (api.attach(api.max(axis=axis)) >> api.map(lambda v, m: (v - m, exp(v - m)))
+    pipe = (api.attach(api.max(axis=axis)) >> api.map(lambda v, m: (v - m, exp(v - m)))
             >> api.attach(api.map(lambda d, e: e) >> api.sum(axis=axis)) >> api.map(lambda d, e, s: d - log(s)))
+    backward.log_softmax(pipe, axis)
+    return pipe
 
 
 _REDUCTIONS = ("none", "mean", "sum")
@@ -267,7 +272,9 @@ def layer_norm(eps: float = 1e-5, weight: bool = True, bias: bool = True, axis=-
     normalized = centered >> api.attach(api.map(lambda d: d * d) >> api.mean(axis=axis)) >> api.map(
         lambda d, var: d * rsqrt(var + eps))
     scaled = _scaled(weight, bias)
-    return normalized if scaled is None else normalized >> scaled
+    pipe = normalized if scaled is None else normalized >> scaled
+    backward.layer_norm(pipe, eps, weight, bias, axis)
+    return pipe
 
 
 @_arguments_named
@@ -282,7 +289,9 @@ def rms_norm(eps: float = 1e-6, weight: bool = True, axis=-1) -> api.Pipeline:
     weight = _flag(weight, "rms_norm", "weight")
     normalized = api.attach(api.map(lambda v: v * v) >> api.mean(axis=axis)) >> api.map(
         lambda v, ms: v * rsqrt(ms + eps))
-    return normalized >> api.zip_with(lambda u, w: u * w) if weight else normalized
+    pipe = normalized >> api.zip_with(lambda u, w: u * w) if weight else normalized
+    backward.rms_norm(pipe, eps, weight, axis)
+    return pipe
 
 
 def _moments(axis, keepdim: bool) -> api.Pipeline:

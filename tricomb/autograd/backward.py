@@ -128,10 +128,24 @@ class ScanRule:
 
 RULES = {type(None): Elementwise, Reduce: ReduceRule, Scan: ScanRule}
 
+# A pipeline's own backward, where its author wrote one (tc.library's softmax and norms: one kernel over the
+# result and the cotangent, where the chain of pullbacks would read each row several times). Keyed by the IR,
+# so an equal pipeline (built again, or parsed from its text) has it too. A rule takes the inputs, the result's
+# fields, their cotangents, the positions of the inputs wanted and a Run, and returns their gradients.
+DEFINED: dict[PipelineIR, Callable] = {}
 
-def check(pipeline: PipelineIR) -> Parts:
+
+def define(pipeline: PipelineIR, rule: Callable) -> None:
+    """Give ``pipeline`` its own backward ``rule`` (see :data:`DEFINED`)."""
+    DEFINED[pipeline] = rule
+
+
+def check(pipeline: PipelineIR) -> Parts | None:
     """Raise UnsupportedError, naming the stage, for a pipeline whose gradient this version does not derive;
-    else return its parts. Called before the forward kernel runs, so a refused gradient launches nothing."""
+    else return its parts (None for a pipeline with its own backward). Called before the forward kernel runs,
+    so a refused gradient launches nothing."""
+    if pipeline in DEFINED:
+        return None
     for stage in pipeline.stages:
         if isinstance(stage, Attach):
             _refuse(stage, "gradients through attach are not derived yet")
@@ -150,6 +164,8 @@ def backward(pipeline: PipelineIR, inputs: tuple, result: tuple, grads: Tensors,
     """The gradient of each input in ``wanted`` (a tensor of its shape and dtype), given the cotangents
     ``grads`` of the result's fields (None for a field with none), the inputs and the ``result``."""
     p = check(pipeline)
+    if p is None:
+        return DEFINED[pipeline](tuple(inputs), tuple(result), grads, wanted, run)
     return RULES[type(p.fold)].backward(p, tuple(inputs), tuple(result), grads, wanted, run)
 
 
@@ -227,7 +243,7 @@ def gather(fn: Function, inputs: tuple, extras: Sequence[torch.Tensor], wanted: 
     for k, i in enumerate(wanted):
         out = fn.outputs[k]
         if isinstance(out, Arg) and (tensors[out.index].dtype == inputs[i].dtype or i in keep_dtype):
-            outs[k] = _summed_to(tensors[out.index], inputs[i].shape, run)
+            outs[k] = summed_to(tensors[out.index], inputs[i].shape, run)
     full = [k for k, i in enumerate(wanted) if k not in outs and _padded(inputs[i].shape, len(shape)) == tuple(shape)]
     if full:
         exprs = tuple(_typed(fn.outputs[k], inputs[wanted[k]], wanted[k] in keep_dtype) for k in full)
@@ -246,7 +262,7 @@ def gather(fn: Function, inputs: tuple, extras: Sequence[torch.Tensor], wanted: 
     return [outs[k] for k in range(len(wanted))]
 
 
-def _summed_to(t: torch.Tensor, shape, run: Run) -> torch.Tensor:
+def summed_to(t: torch.Tensor, shape, run: Run) -> torch.Tensor:
     """``t`` as a gradient of ``shape``: expanded where it has size 1, summed (one kernel) along the axes where
     the input broadcasts."""
     full = torch.broadcast_shapes(t.shape, shape)

@@ -1,0 +1,100 @@
+"""The backward of tc.library's softmax, log_softmax and norms: one attach kernel each over the saved values and
+the cotangent, as a hand-written kernel computes it (the chain of pullbacks through their attaches would read
+every row several times). Each is registered for its forward pipeline with :func:`tricomb.autograd.backward.
+define`; a weight's and a bias's gradients are the per-element terms summed over the rows (one more kernel).
+
+The formulas, with ``g`` the cotangent of the result ``y`` along a row of ``n`` elements:
+
+* softmax: ``dx = y * (g - sum(y * g))``; log_softmax: ``dx = g - exp(y) * sum(g)``
+  (J. S. Bridle, "Training stochastic model recognition algorithms as networks...", NIPS 1989);
+* rms_norm, ``r = rsqrt(mean(x**2) + eps)``, ``h = g * w``: ``dx = r * h - r**3 * x * mean(h * x)``,
+  ``dw = sum over rows of g * x * r`` (B. Zhang and R. Sennrich, "Root Mean Square Layer Normalization", 2019);
+* layer_norm, ``xh = (x - mean) * r``, ``r = rsqrt(var + eps)``, ``h = g * w``:
+  ``dx = r * (h - mean(h) - xh * mean(h * xh))``, ``dw = sum of g * xh``, ``db = sum of g``
+  (J. L. Ba, J. R. Kiros and G. E. Hinton, "Layer Normalization", 2016).
+
+What is saved: softmax and log_softmax use their result (not their input); the norms recompute the row's
+statistics from the input in the backward kernel.
+"""
+from __future__ import annotations
+
+from . import api
+from .autograd.backward import define, summed_to
+from .scalar.trace import BUILTINS
+
+exp, rsqrt = BUILTINS["exp"], BUILTINS["rsqrt"]
+
+
+def _in_order(wanted, grads: dict) -> list:
+    return [grads.get(i) for i in wanted]
+
+
+def softmax(forward: api.Pipeline, axis) -> None:
+    back = (api.zip_with(lambda y, g: (y, g)) >> api.attach(api.map(lambda y, g: y * g) >> api.sum(axis=axis))
+            >> api.map(lambda y, g, s: y * (g - s)))
+
+    def rule(inputs, result, grads, wanted, run):
+        return [run(back.ir, (result[0], grads[0]))[0]]
+    define(forward.ir, rule)
+
+
+def log_softmax(forward: api.Pipeline, axis) -> None:
+    back = (api.zip_with(lambda y, g: (y, g)) >> api.attach(api.map(lambda y, g: g) >> api.sum(axis=axis))
+            >> api.map(lambda y, g, s: g - exp(y) * s))
+
+    def rule(inputs, result, grads, wanted, run):
+        return [run(back.ir, (result[0], grads[0]))[0]]
+    define(forward.ir, rule)
+
+
+def _weighted(weight: bool) -> api.Pipeline:
+    """The stream ``(x, h, g)`` of the input, the cotangent times the weight, and the cotangent."""
+    return api.zip_with(lambda x, g, w: (x, g * w, g)) if weight else api.zip_with(lambda x, g: (x, g, g))
+
+
+def rms_norm(forward: api.Pipeline, eps: float, weight: bool, axis) -> None:
+    def back(weight_grad: bool) -> api.Pipeline:
+        stream = (_weighted(weight) >> api.attach(api.map(lambda x, h, g: x * x) >> api.mean(axis=axis))
+                  >> api.map(lambda x, h, g, ms: (x, h, g, rsqrt(ms + eps)))
+                  >> api.attach(api.map(lambda x, h, g, r: h * x) >> api.mean(axis=axis)))
+        if weight_grad:
+            return stream >> api.map(lambda x, h, g, r, m: (r * h - r * r * r * x * m, g * x * r))
+        return stream >> api.map(lambda x, h, g, r, m: r * h - r * r * r * x * m)
+    pipes = {flag: back(flag) for flag in ((False, True) if weight else (False,))}
+
+    def rule(inputs, result, grads, wanted, run):
+        x, g = inputs[0], grads[0]
+        weight_grad = 1 in wanted
+        fields = run(pipes[weight_grad].ir, (x, g, *inputs[1:]))
+        found = {0: fields[0].to(x.dtype)}
+        if weight_grad:
+            found[1] = summed_to(fields[1], inputs[1].shape, run).to(inputs[1].dtype)
+        return _in_order(wanted, found)
+    define(forward.ir, rule)
+
+
+def layer_norm(forward: api.Pipeline, eps: float, weight: bool, bias: bool, axis) -> None:
+    def back(per_element: bool) -> api.Pipeline:
+        stream = (_weighted(weight) >> api.attach(api.map(lambda x, h, g: x) >> api.mean(axis=axis))
+                  >> api.map(lambda x, h, g, mu: (x - mu, h, g))
+                  >> api.attach(api.map(lambda d, h, g: d * d) >> api.mean(axis=axis))
+                  >> api.map(lambda d, h, g, var: (d * rsqrt(var + eps), h, g, rsqrt(var + eps)))
+                  >> api.attach(api.map(lambda xh, h, g, r: h) >> api.mean(axis=axis))
+                  >> api.attach(api.map(lambda xh, h, g, r, mh: h * xh) >> api.mean(axis=axis)))
+        if per_element:
+            return stream >> api.map(lambda xh, h, g, r, mh, mhx: (r * (h - mh - xh * mhx), g * xh))
+        return stream >> api.map(lambda xh, h, g, r, mh, mhx: r * (h - mh - xh * mhx))
+    pipes = {flag: back(flag) for flag in ((False, True) if weight else (False,))}
+
+    def rule(inputs, result, grads, wanted, run):
+        x, g = inputs[0], grads[0]
+        weight_grad = weight and 1 in wanted
+        fields = run(pipes[weight_grad].ir, (x, g, *(inputs[1:2] if weight else ())))
+        found = {0: fields[0].to(x.dtype)}
+        if weight_grad:
+            found[1] = summed_to(fields[1], inputs[1].shape, run).to(inputs[1].dtype)
+        b = 2 if weight else 1
+        if bias and b in wanted:
+            found[b] = summed_to(g, inputs[b].shape, run).to(inputs[b].dtype)
+        return _in_order(wanted, found)
+    define(forward.ir, rule)
