@@ -1,0 +1,122 @@
+"""Forward and backward (BENCH.md, "Forward and backward (training)"): G1 softmax, G2 RMSNorm bf16, G3 LayerNorm,
+G5 cumsum, each timed as one forward and one backward of the input's gradient (and the weight's and bias's for
+the norms) from a given cotangent, for tricomb, torch eager, torch.compile of the eager function and Liger-Kernel
+where it has the op, in one process. GB/s over the five tensors BENCH.md counts (x and y forward; y, dy and dx
+backward), with the same byte count for every contender; the ratio columns are against tricomb.
+
+    python bench/training.py --out bench/results --commit SHA [--cases G1,G2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import triton
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import tricomb as tc  # noqa: E402
+
+F = torch.nn.functional
+
+
+def _liger():
+    try:
+        from liger_kernel.ops import layer_norm, rms_norm, softmax
+    except ImportError:
+        return {}
+    return {"G1": lambda x: softmax.LigerSoftmaxFunction.apply(x),
+            "G2": lambda x, w: rms_norm.LigerRMSNormFunction.apply(x, w, 1e-6),
+            "G3": lambda x, w, b: layer_norm.LigerLayerNormFunction.apply(x, w, b, 1e-5)}
+
+
+def _cases() -> dict:
+    def randn(*shape, dtype=torch.float32):
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+    return {
+        "G1": ("softmax fwd+bwd", tc.library.softmax(axis=-1), lambda x: torch.softmax(x, -1),
+               lambda: [randn(32768, 8192)]),
+        "G2": ("RMSNorm fwd+bwd (dx, dw)", tc.library.rms_norm(eps=1e-6), lambda x, w: F.rms_norm(x, (8192,), w, 1e-6),
+               lambda: [randn(65536, 8192, dtype=torch.bfloat16), randn(8192, dtype=torch.bfloat16)]),
+        "G3": ("LayerNorm fwd+bwd (dx, dw, db)", tc.library.layer_norm(eps=1e-5),
+               lambda x, w, b: F.layer_norm(x, (8192,), w, b, 1e-5),
+               lambda: [randn(32768, 8192), randn(8192), randn(8192)]),
+        "G5": ("cumsum fwd+bwd", tc.cumsum(axis=-1), lambda x: torch.cumsum(x, -1), lambda: [randn(2 ** 28)]),
+    }
+
+
+def _step(fn, inputs, cotangent):
+    def step():
+        out = fn(*inputs)
+        torch.autograd.grad(out, inputs, cotangent)
+    return step
+
+
+def _time(fn, inputs, cotangent) -> float:
+    step = _step(fn, inputs, cotangent)
+    step()
+    return do_bench(step, warmup=25, rep=200)
+
+
+def run_case(name: str, what: str, pipe, eager, make) -> dict:
+    inputs = [t.requires_grad_(True) for t in make()]
+    cotangent = torch.randn_like(eager(*inputs))
+    x = inputs[0]
+    nbytes = 5 * x.numel() * x.element_size()
+    ours = torch.autograd.grad(pipe(*inputs), inputs, cotangent)
+    theirs = torch.autograd.grad(eager(*inputs), inputs, cotangent)
+    matches = all(torch.allclose(a.float(), b.float(), rtol=5e-2, atol=5e-2 * b.float().abs().max().item())
+                  for a, b in zip(ours, theirs))
+    contenders = {"tricomb": pipe, "torch eager": eager, "torch.compile": torch.compile(eager)}
+    peer = _liger().get(name)
+    if peer is not None:
+        contenders["Liger-Kernel"] = peer
+    ms = {who: _time(fn, inputs, cotangent) for who, fn in contenders.items()}
+    return {"case": name, "what": what, "shape": list(x.shape), "dtype": str(x.dtype)[6:], "matches": matches,
+            "ms": ms, "GB/s": {who: nbytes / t / 1e6 for who, t in ms.items()},
+            "tricomb speedup": {who: t / ms["tricomb"] for who, t in ms.items() if who != "tricomb"}}
+
+
+def markdown(results: list[dict], meta: dict) -> str:
+    lines = [f"# Forward and backward on {meta['gpu']} (commit {meta['commit']}, torch {meta['torch']}, "
+             f"triton {meta['triton']})", "",
+             "GB/s over x, y, y, dy, dx; speedup = contender's time / tricomb's.", "",
+             "| case | what | tricomb GB/s | eager | compile | Liger | vs eager | vs compile | vs Liger | match |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        g, s = r["GB/s"], r["tricomb speedup"]
+        cell = lambda d, k: f"{d[k]:.0f}" if k in d else ""  # noqa: E731
+        ratio = lambda k: f"{s[k]:.2f}x" if k in s else ""  # noqa: E731
+        lines.append(f"| {r['case']} | {r['what']} | {g['tricomb']:.0f} | {cell(g, 'torch eager')} | "
+                     f"{cell(g, 'torch.compile')} | {cell(g, 'Liger-Kernel')} | {ratio('torch eager')} | "
+                     f"{ratio('torch.compile')} | {ratio('Liger-Kernel')} | {r['matches']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench/results")
+    parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--cases", default="G1,G2,G3,G5")
+    args = parser.parse_args()
+    meta = {"gpu": torch.cuda.get_device_name(), "commit": args.commit, "torch": torch.__version__,
+            "triton": triton.__version__}
+    cases = _cases()
+    results = []
+    for name in args.cases.split(","):
+        results.append(run_case(name, *cases[name]))
+        print(json.dumps(results[-1]), flush=True)
+        torch.cuda.empty_cache()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"h200-training-{args.commit}"
+    (out / f"{stem}.json").write_text(json.dumps({**meta, "results": results}, indent=1))
+    (out / f"{stem}.md").write_text(markdown(results, meta))
+    print(markdown(results, meta))
+
+
+if __name__ == "__main__":
+    main()
