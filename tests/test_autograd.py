@@ -343,6 +343,14 @@ def test_stages_without_a_derived_gradient_are_refused(pipe, match):
     _refused_before_launch(pipe, torch.rand(3, 4) + 0.5, match=match)
 
 
+def test_a_second_derivative_is_refused():
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    y = tc.map(tc.sin)(x).sum()
+    with pytest.raises(UnsupportedError, match="second derivative"):
+        torch.autograd.grad(y, x, create_graph=True)
+    torch.testing.assert_close(torch.autograd.grad(tc.map(tc.sin)(x).sum(), x)[0], torch.cos(x.detach()))
+
+
 def test_a_refused_gradient_leaves_the_pipeline_usable():
     pipe = tc.prod(axis=-1)
     x = torch.rand(3, 4)

@@ -117,6 +117,10 @@ def _setup(ctx, inputs, output) -> None:
 
 
 def _backward(ctx, grads):
+    if torch.is_grad_enabled():
+        raise UnsupportedError("a backward of a tricomb pipeline records no graph of its own, so a second derivative "
+                               "(create_graph=True, torch.func.hessian) is not computed; take first derivatives "
+                               "only, or write the pipeline with torch ops for higher ones")
     saved = ctx.saved_tensors
     inputs, result = list(saved[:ctx.count]), list(saved[ctx.count:])
     grads = list(grads)
