@@ -233,6 +233,60 @@ def test_a_tuple_result_takes_a_cotangent_per_field(device):
     torch.testing.assert_close(x.grad, torch.cos(x.detach()) + 2 * x.detach())
 
 
+def test_an_input_no_result_depends_on_gets_zeros(device):
+    """Steps and comparisons pass no gradient: torch's gradient is zeros, not None."""
+    x = torch.randn(5, device=device, requires_grad=True)
+    tc.map(tc.sign)(x).sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+    c, a, b = (torch.randn(5, device=device, requires_grad=True) for _ in range(3))
+    tc.zip_with(lambda c, a, b: tc.where(c > 0, a, b))(c, a, b).sum().backward()
+    assert torch.equal(c.grad, torch.zeros_like(c)) and torch.equal(a.grad, (c > 0).float())
+
+
+@pytest.mark.parametrize("pipe", [tc.argmax(axis=-1), tc.argmin(), tc.any(axis=0)], ids=["argmax", "argmin", "any"])
+def test_results_without_a_gradient_are_allowed(pipe, device):
+    x = torch.randn(3, 4, device=device, requires_grad=True)
+    out = pipe(x)
+    assert not out.requires_grad
+    with torch.no_grad():
+        assert torch.equal(out, pipe(x))
+
+
+@pytest.mark.parametrize("pipe, shapes", [
+    (tc.zip_with(lambda x, b: x + b) >> tc.sum(axis=-1), [(2, 3), (2, 1)]),  # b broadcasts along the reduced axis
+    (tc.zip_with(lambda x, b: x - b) >> tc.mean(), [(2, 3), (2, 1)]),
+    (tc.zip_with(lambda a, b: a * b) >> tc.sum(), [(3, 1), (4,)]),  # each gradient reads the other's narrow shape
+    (tc.zip_with(lambda a, b: a * 2.0), [(3, 4), (4,)]),  # b gets zeros
+    (tc.zip_with(lambda a, b: a * b) >> tc.cumsum(axis=0), [(3, 1), (3, 4)]),
+], ids=["sum-along", "mean-all", "narrow", "unused", "cumsum-broadcast"])
+def test_broadcast_inputs_get_the_sum_over_what_they_broadcast_along(pipe, shapes, device):
+    inputs = [torch.randn(s, dtype=torch.float64, device=device) for s in shapes]
+    cotangent = torch.randn_like(pipe(*inputs))
+    ours = _grads(pipe, inputs, cotangent)
+    theirs = _grads(lambda *xs: evaluate(pipe.ir, list(xs)), inputs, cotangent)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_max_over_a_map_in_half_types_finds_its_elements(dtype, device):
+    """The kernel holds the stream in float32 and rounds the max once; the tie test rounds each element alike."""
+    x = torch.randn(8, 16, dtype=dtype, device=device, requires_grad=True)
+    (tc.map(lambda v: v * 3.0) >> tc.max(axis=1))(x).sum().backward()
+    assert not x.grad.isnan().any() and torch.equal(x.grad.float().sum(1), torch.full((8,), 3.0, device=device))
+
+
+def test_pipelines_that_are_gone_leave_no_entry():
+    import gc
+    from tricomb.runtime import operator
+    before = len(operator._ENTRIES)
+    for scale in (0.5, 0.25, 0.125):
+        tc.map(lambda a: a * scale)(torch.randn(3, requires_grad=True)).sum().backward()
+    gc.collect()
+    assert len(operator._ENTRIES) == before
+
+
 def test_max_shares_ties_evenly_as_amax(device):
     x = torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], device=device, requires_grad=True)
     tc.max(axis=1)(x).sum().backward()
@@ -282,6 +336,26 @@ def test_library_backward_kernel_counts(name):
     make, _, shapes, kernels = _LIBRARY[name]
     launches, _ = _backward_launches(make(), *[torch.randn(s, dtype=torch.float64) for s in shapes])
     assert launches.triton == kernels and launches.torch_ops == [], (launches.triton, launches.torch_ops)
+
+
+@pytest.mark.parametrize("reduction, kernels", [("mean", 2), ("sum", 1), ("none", 1)])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_cross_entropy_gradient_equals_torch(reduction, kernels, smoothing, device):
+    """Ignored rows and a 3-d (N, C, L) case; the mean's count of rows not ignored is one more kernel."""
+    for shape, axis in (((6, 7), 1), ((3, 5, 4), 1)):
+        x = torch.randn(shape, dtype=torch.float64, device=device)
+        t = torch.randint(0, shape[1], (shape[0],) + shape[2:], device=device)
+        t.view(-1)[::3] = -100
+        pipe = tc.library.cross_entropy(reduction=reduction, label_smoothing=smoothing, axis=axis)
+        target = t.unsqueeze(axis)
+        cotangent = torch.randn_like(pipe(x, target))
+        ours = _grads(lambda v: pipe(v, target), [x], cotangent)[0]
+        theirs = _grads(lambda v: _F.cross_entropy(v, t, reduction=reduction, label_smoothing=smoothing), [x],
+                        cotangent)[0]
+        torch.testing.assert_close(ours, theirs, rtol=1e-7, atol=1e-9)
+    if device == "cpu":
+        launches, _ = _backward_launches(lambda v: pipe(v, target), x)
+        assert launches.triton == kernels and launches.torch_ops == [], (launches.triton, launches.torch_ops)
 
 
 def test_library_gradcheck():
@@ -337,8 +411,9 @@ def test_a_jit_function_is_refused_by_name(jit_square):
     (tc.prod(axis=-1), "no gradient for prod"),
     (tc.cummax(axis=-1), "no gradient for cummax"),
     (tc.attach(tc.max(axis=-1)) >> tc.map(lambda v, m: v - m), "attach"),
+    (tc.map(tc.exp) >> tc.library.softmax(axis=-1), "whole pipeline"),
     (tc.sum(axis=-1) >> tc.sum(), "second reduce"),
-], ids=["prod", "cummax", "attach", "rows-reduce"])
+], ids=["prod", "cummax", "attach", "library-within", "rows-reduce"])
 def test_stages_without_a_derived_gradient_are_refused(pipe, match):
     _refused_before_launch(pipe, torch.rand(3, 4) + 0.5, match=match)
 

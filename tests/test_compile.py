@@ -36,7 +36,7 @@ def test_opcheck(name):
     pipe, shapes = _PIPES[name]
     grad = name not in ("softmax", "argmax")  # (no derived gradient through attach yet; argmax has none)
     inputs = _inputs(shapes, "cpu", grad)
-    key = operator.op_key(pipe.ir)
+    key = operator.op_key(pipe)
     torch.library.opcheck(torch.ops.tricomb.pipeline.default, (key, inputs))
 
 
@@ -110,6 +110,14 @@ def test_named_result_and_out_under_compile():
     torch.testing.assert_close(out, x.sum(1))
 
 
+def test_out_with_grad_is_refused_under_compile():
+    """As in an eager call (tests/test_autograd.py): out= records no history."""
+    exp = tc.map(tc.exp)
+    compiled = torch.compile(lambda v, o: exp(v, out=o), fullgraph=True)
+    with pytest.raises(Exception, match="out= records no autograd history"):
+        compiled(torch.randn(3, requires_grad=True), torch.empty(3))
+
+
 def test_eager_calls_do_not_take_the_operator(monkeypatch):
     calls = []
     original = operator.call
@@ -167,7 +175,7 @@ def test_opcheck_backward():
     result = [pipe(x, y)]
     grads = [torch.randn(4, dtype=torch.float64)]
     torch.library.opcheck(torch.ops.tricomb.pipeline_backward.default,
-                          (operator.op_key(pipe.ir), [0, 1], [x, y], result, grads))
+                          (operator.op_key(pipe), [0, 1], [x, y], result, grads))
 
 
 _CACHED_RUN = """

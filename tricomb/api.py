@@ -97,8 +97,12 @@ class Pipeline:
         if torch.compiler.is_compiling():  # (first: torch.compile traces this branch alone)
             result = operator.traced_call(self._key, inputs, out)
         else:
-            result = launch.run(self.ir, self._cache, inputs, out, operator.call)
+            result = launch.run(self.ir, self._cache, inputs, out, self._through_operator)
         return result if self._named is None else self._named(result)
+
+    def _through_operator(self, ir: PipelineIR, inputs: tuple, out):
+        """The call path for inputs that need a graph (grad, or a tracer's): the torch operator."""
+        return operator.call(ir, self._key, inputs, out)
 
     @_nesting_refused
     def source(self, *inputs: torch.Tensor) -> str:

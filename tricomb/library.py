@@ -185,14 +185,25 @@ def cross_entropy(ignore_index: int = -100, reduction: str = "mean", label_smoot
     if smoothing is None or not 0.0 <= smoothing <= 1.0:
         raise ArgumentError(f"cross_entropy's label_smoothing must be a number in [0, 1], as torch's, got "
                             f"{label_smoothing!r}", caller_location())
-    rows = _cross_entropy_rows(ignore_index, smoothing, _class_axis(axis))
+    axis = _class_axis(axis)
+    rows = _cross_entropy_rows(ignore_index, smoothing, axis)
     if reduction == "mean":
         # the rows whose target is a class (hits 1; an ignored row's are -1) counted as integers: exact, and the
         # loss's dtype is the mean's (a float divided by an integer keeps its dtype in torch's promotion)
-        return (rows >> api.map(lambda loss, hits: (where(hits == 0.0, _NAN, loss), where(hits > 0.0, 1, 0)))
+        pipe = (rows >> api.map(lambda loss, hits: (where(hits == 0.0, _NAN, loss), where(hits > 0.0, 1, 0)))
                 >> api.reduce(_SUMS, identity=(0.0, 0)) >> api.map(lambda total, count: total / count))
-    losses = rows >> api.map(lambda loss, hits: where(hits == 0.0, _NAN, loss))
-    return losses if reduction == "none" else losses >> api.sum()
+    else:
+        losses = rows >> api.map(lambda loss, hits: where(hits == 0.0, _NAN, loss))
+        pipe = losses if reduction == "none" else losses >> api.sum()
+    backward.cross_entropy(pipe, ignore_index, reduction, smoothing, axis, _ignored(ignore_index))
+    return pipe
+
+
+def _ignored(ignore_index: int):
+    """Whether a target ``t`` is ``ignore_index``, taken in t's own dtype, wrapping an ignore_index out of its
+    range (-100 is 156 in uint8), and the float compare rounds above 2**24; a target equal both ways is
+    ignore_index itself (a wrapped one differs from t by 2**8 or more, which float32 tells apart below 2**31)."""
+    return lambda t: (t == ignore_index) & (t + 0.0 == float(ignore_index))
 
 
 def _cross_entropy_rows(ignore_index: int, smoothing: float, axis: int) -> api.Pipeline:
@@ -206,10 +217,7 @@ def _cross_entropy_rows(ignore_index: int, smoothing: float, axis: int) -> api.P
 
     def terms(v, m, s, *mean_and_target):
         *mean, t = mean_and_target
-        # t == ignore_index is taken in t's own dtype, wrapping an ignore_index out of its range (-100 is 156 in
-        # uint8), and the float compare rounds above 2**24; a target equal both ways is ignore_index itself (a
-        # wrapped one differs from t by 2**8 or more, which float32 tells apart below 2**31)
-        ignored = (t == ignore_index) & (t + 0.0 == float(ignore_index))
+        ignored = _ignored(ignore_index)(t)
         at = index(axis) == where(ignored, 0, t)
         loss = log(s) - kept * (v - m) - smoothing * (mean[0] - m) if mean else log(s) - (v - m)
         return where(at, where(ignored, 0.0, loss), 0.0), where(at, where(ignored, -1.0, 1.0), 0.0)

@@ -18,8 +18,10 @@ statistics from the input in the backward kernel.
 """
 from __future__ import annotations
 
+
 from . import api
 from .autograd.backward import define, summed_to
+from .pipeline import online
 from .scalar.trace import BUILTINS
 
 exp, rsqrt = BUILTINS["exp"], BUILTINS["rsqrt"]
@@ -97,4 +99,40 @@ def layer_norm(forward: api.Pipeline, eps: float, weight: bool, bias: bool, axis
         if bias and b in wanted:
             found[b] = summed_to(g, inputs[b].shape, run).to(inputs[b].dtype)
         return _in_order(wanted, found)
+    define(forward.ir, rule)
+
+
+def cross_entropy(forward: api.Pipeline, ignore_index: int, reduction: str, smoothing: float, axis: int,
+                  ignored) -> None:
+    """The logits' gradient, one attach kernel: ``scale * (softmax(x) - (1 - ε) onehot(t) - ε / C)`` on each row
+    whose target is a class, 0 on an ignored row, with ``scale`` the row's cotangent (``"none"``), the loss's
+    (``"sum"``), or the loss's over the count of rows not ignored (``"mean"``, counted by one more kernel over
+    the targets). ``ignored(t)`` is the forward's own test of a target. The targets get no gradient (torch's
+    are integers). A row whose target is out of range, NaN forward, gets the gradient of no target."""
+    index = BUILTINS["index"]
+    where = BUILTINS["where"]
+    counted = api.map(lambda t: where(ignored(t), 0, 1)) >> api.sum()
+    pipes: dict[int, api.Pipeline] = {}
+
+    def back(classes: int) -> api.Pipeline:
+        if classes not in pipes:
+            def term(v, m, s, t, g, *count):
+                p, spread = exp(v - m) / s, smoothing / classes
+                # (each constant meets p, so the difference is taken in p's dtype, not a constant's float32)
+                shifted = where(index(axis) == t, p - (1.0 - smoothing + spread), p - spread)
+                scale = g / count[0] if count else g
+                return where(ignored(t), 0.0, scale * shifted)
+            from .library import softmax_denominators
+            pipes[classes] = (api.attach(softmax_denominators(axis=axis))
+                              >> api.zip_with(online.taking(term, 6 if reduction == "mean" else 5),
+                                              constant_along=axis))
+        return pipes[classes]
+
+    def rule(inputs, result, grads, wanted, run):
+        x, t = inputs
+        rank = x.dim()
+        g = grads[0].unsqueeze(axis % rank) if reduction == "none" else grads[0].reshape((1,) * rank)
+        count = (run(counted.ir, (t,))[0].reshape((1,) * rank),) if reduction == "mean" else ()
+        dx = run(back(x.shape[axis]).ir, (x, t, g, *count))[0]
+        return [dx.to(x.dtype) if i == 0 else None for i in wanted]
     define(forward.ir, rule)

@@ -40,10 +40,31 @@ _GRADIENT_OF = ("maps and zip_withs of tricomb's builtins and Python functions o
                 "sum, mean, max, min or logaddexp, or one cumsum")
 
 
+_LIBRARY_HINT = ("tc.library's softmax, log_softmax, rms_norm, layer_norm and cross_entropy have their own backward "
+                 "when one of them is the whole pipeline (call it apart from the stages around it)")
+
+
 def _refuse(stage, why: str):
-    raise UnsupportedError(f"no gradient for {stage_text(stage)}: {why}; this version differentiates "
-                           f"{_GRADIENT_OF}. Call the pipeline under torch.no_grad(), or on x.detach()",
+    text = stage_text(stage)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    raise UnsupportedError(f"no gradient for {text}: {why}; this version differentiates {_GRADIENT_OF}, and "
+                           f"{_LIBRARY_HINT}. Call the pipeline under torch.no_grad(), or on x.detach()",
                            getattr(stage, "location", None))
+
+
+class NoGradient:
+    """A reduce whose result carries no gradient (argmax and argmin's positions, any and all's bools): torch
+    gives such results no grad_fn, and autograd never asks for their backward."""
+
+    @staticmethod
+    def applies(p: Parts) -> bool:
+        spec = operator_spec(p.fold.op) if isinstance(p.fold, Reduce) else None
+        return isinstance(p.fold, Reduce) and (p.fold.index or (spec is not None and spec.name in
+                                                                ("logical_and", "logical_or")))
+
+    @staticmethod
+    def backward(p: Parts, inputs: tuple, result: tuple, grads: Tensors, wanted: tuple[int, ...], run: Run):
+        return [None] * len(wanted)
 
 
 class Elementwise:
@@ -155,7 +176,8 @@ def check(pipeline: PipelineIR) -> Parts | None:
     for stage in p.after:
         if not isinstance(stage, (Map, ZipWith)):
             _refuse(stage, "a second reduce or scan has no derived gradient yet")
-    RULES[type(p.fold)].check(p)
+    if not NoGradient.applies(p):
+        RULES[type(p.fold)].check(p)
     return p
 
 
@@ -166,6 +188,8 @@ def backward(pipeline: PipelineIR, inputs: tuple, result: tuple, grads: Tensors,
     p = check(pipeline)
     if p is None:
         return DEFINED[pipeline](tuple(inputs), tuple(result), grads, wanted, run)
+    if NoGradient.applies(p):
+        return NoGradient.backward(p, inputs, result, grads, wanted, run)
     return RULES[type(p.fold)].backward(p, tuple(inputs), tuple(result), grads, wanted, run)
 
 
@@ -216,10 +240,13 @@ def _kept(t: torch.Tensor, fold: Reduce, axes: tuple[int, ...]) -> torch.Tensor:
 
 
 def _as(expr: Expr, dtype: torch.dtype) -> Expr:
-    """``expr`` rounded to ``dtype``: a kernel computes a half-type stream in float32 and rounds the result
-    once, so an element ties with the extreme when it equals it in the result's dtype, as torch's stream of
-    that dtype would."""
-    return Call(convert_op(dtype), (expr,))
+    """``expr`` rounded to ``dtype``: a kernel holds a half-type stream in float32 and rounds the result once, so
+    an element ties with the extreme when it equals it in the result's dtype (rounding is monotone, so the
+    extreme's own elements do). A conversion to the stream's own dtype is no rounding in a kernel: the value is
+    taken to float32 first, then rounded."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return expr
+    return Call(convert_op(dtype), (Call(convert_op(torch.float32), (expr,)),))
 
 
 def _tie_count(before: Function, n: int, axes: tuple[int, ...], dtype: torch.dtype) -> PipelineIR:
@@ -235,27 +262,36 @@ def gather(fn: Function, inputs: tuple, extras: Sequence[torch.Tensor], wanted: 
     """Run ``fn`` (a function of ``inputs`` then ``extras``, one result per input in ``wanted``, in order) as
     kernels: one for the inputs of the full broadcast shape (a tuple result), one for each input that
     broadcasts, reducing over the axes it broadcasts along. A result that is an argument of the input's dtype
-    (a sum's cotangent) is that tensor expanded, with no kernel. Each gradient gets its input's shape and dtype
-    (but the positions in ``keep_dtype``, which keep the dtype ``fn`` computes)."""
+    (a sum's cotangent) is that tensor expanded (summed where the input broadcasts), a constant one zeros, and
+    one that reads arguments of a narrower shape than all of them is computed on that shape and then summed as
+    an argument is. Each gradient gets its input's shape and dtype (but the positions in ``keep_dtype``, which
+    keep the dtype ``fn`` computes)."""
     tensors = tuple(inputs) + tuple(extras)
     shape = torch.broadcast_shapes(*(t.shape for t in tensors))
     outs: dict[int, torch.Tensor] = {}
+    full, broadcast = [], []
     for k, i in enumerate(wanted):
-        out = fn.outputs[k]
-        if isinstance(out, Arg) and (tensors[out.index].dtype == inputs[i].dtype or i in keep_dtype):
-            outs[k] = summed_to(tensors[out.index], inputs[i].shape, run)
-    full = [k for k, i in enumerate(wanted) if k not in outs and _padded(inputs[i].shape, len(shape)) == tuple(shape)]
+        out, x = fn.outputs[k], inputs[i]
+        if isinstance(out, Const):  # no result depends on this input (a step, a comparison): zeros, as torch's
+            outs[k] = torch.zeros_like(x)
+        elif isinstance(out, Arg) and (tensors[out.index].dtype == x.dtype or i in keep_dtype):
+            outs[k] = summed_to(tensors[out.index].expand(shape), x.shape, run)
+        elif _read_shape(out, tensors) != tuple(shape):
+            typed = _typed(out, x, i in keep_dtype)
+            narrow = run(_first_stage(Function(fn.arity, (typed,), fn.name)), tensors)[0]
+            outs[k] = summed_to(narrow.expand(shape), x.shape, run)
+        elif _padded(x.shape, len(shape)) == tuple(shape):
+            full.append(k)
+        else:
+            broadcast.append(k)
     if full:
         exprs = tuple(_typed(fn.outputs[k], inputs[wanted[k]], wanted[k] in keep_dtype) for k in full)
-        fields = run(_first_stage(Function(fn.arity, exprs, fn.name)), tensors)
-        outs.update((k, f.expand(shape)) for k, f in zip(full, fields))
-    for k, i in enumerate(wanted):
-        if k in outs:
-            continue
+        outs.update(zip(full, run(_first_stage(Function(fn.arity, exprs, fn.name)), tensors)))
+    for k in broadcast:
+        i = wanted[k]
         x = inputs[i]
         axes = tuple(d for d, n in enumerate(_padded(x.shape, len(shape))) if n == 1 and shape[d] != 1)
-        spanning = _spanning(fn.outputs[k], tensors, shape)
-        stages = (_first_stage(Function(fn.arity, (spanning,), fn.name)).stages[0], Reduce(_ADD, axes, keepdim=True))
+        stages = (_first_stage(Function(fn.arity, (fn.outputs[k],), fn.name)).stages[0], Reduce(_ADD, axes, keepdim=True))
         if i not in keep_dtype:
             stages += (Map(Function(1, (Call(convert_op(x.dtype), (Arg(0),)),), "to_dtype")),)
         outs[k] = run(PipelineIR(stages), tensors)[0].reshape(x.shape)
@@ -263,30 +299,20 @@ def gather(fn: Function, inputs: tuple, extras: Sequence[torch.Tensor], wanted: 
 
 
 def summed_to(t: torch.Tensor, shape, run: Run) -> torch.Tensor:
-    """``t`` as a gradient of ``shape``: expanded where it has size 1, summed (one kernel) along the axes where
-    the input broadcasts."""
-    full = torch.broadcast_shapes(t.shape, shape)
-    axes = tuple(d for d, n in enumerate(_padded(shape, len(full))) if n == 1 and full[d] != 1 and
-                 _padded(t.shape, len(full))[d] != 1)
+    """``t`` (of the full shape, expanded views too) as a gradient of ``shape``: summed (one kernel) along the
+    axes where an input of ``shape`` broadcasts, a view where there are none."""
+    full = t.shape
+    axes = tuple(d for d, n in enumerate(_padded(shape, len(full))) if n == 1 and full[d] != 1)
     if not axes:
-        return t.expand(full).reshape(shape)
-    summed = run(PipelineIR((Reduce(_ADD, axes, keepdim=True),)), (t.expand(full),))[0]
-    return summed.expand(_padded(shape, len(full))).reshape(shape)
+        return t.reshape(shape)
+    summed = run(PipelineIR((Reduce(_ADD, axes, keepdim=True),)), (t,))[0]
+    return summed.reshape(shape)
 
 
-def _spanning(expr: Expr, tensors: tuple, shape) -> Expr:
-    """``expr`` broadcast to ``shape``, the shape of all ``tensors``: a function's result has the shape of the
-    arguments it reads, so one reading fewer is widened by a ``where(True, expr, arg)`` over arguments that
-    make up the rest."""
-    read = [a.index for a in walk(expr) if isinstance(a, Arg)]
-    have = torch.broadcast_shapes(*(tensors[j].shape for j in read)) if read else torch.Size()
-    for j, t in enumerate(tensors):
-        if tuple(have) == tuple(shape):
-            break
-        wider = torch.broadcast_shapes(have, t.shape)
-        if wider != have:
-            expr, have = Call("where", (Const(True), expr, Arg(j))), wider
-    return expr
+def _read_shape(expr: Expr, tensors: tuple) -> tuple:
+    """The shape of ``expr``'s value: the broadcast shape of the arguments it reads."""
+    read = {a.index for a in walk(expr) if isinstance(a, Arg)}
+    return tuple(torch.broadcast_shapes(*(tensors[j].shape for j in sorted(read)))) if read else ()
 
 
 def _padded(shape, rank: int) -> tuple:

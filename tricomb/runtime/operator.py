@@ -14,6 +14,7 @@ requires grad in grad mode.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from typing import Optional
 
 import torch
@@ -27,6 +28,7 @@ from ..pipeline.key import ir_key
 from ..pipeline.verify import verify
 from ..serial import SERIAL
 from . import index, launch
+from .lru import LRU
 
 _NAME = "tricomb::pipeline"
 _BACKWARD = "tricomb::pipeline_backward"
@@ -35,26 +37,20 @@ _BACKWARD = "tricomb::pipeline_backward"
 class _Entry:
     """A pipeline known to the operator: its IR and its compiled entries (as a Pipeline keeps them)."""
 
-    __slots__ = ("ir", "cache")
+    __slots__ = ("ir", "cache", "__weakref__")
 
     def __init__(self, ir: PipelineIR):
         self.ir = ir
         self.cache = launch.PipelineCache(ir)
 
 
-# key -> entry; pipelines stay while the process lives, as the graphs naming their keys may
-_ENTRIES: dict[str, _Entry] = {}
-_KEYS: dict[PipelineIR, str] = {}
+# key -> entry, while something holds the entry: the pipeline (its key function), or a recorded backward (its
+# ctx); a pipeline that is gone frees its entry, as its own compiled entries
+_ENTRIES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
-def _key(ir: PipelineIR) -> str:
-    key = _KEYS.get(ir)
-    if key is None:
-        with SERIAL:
-            key = "p" + hashlib.sha256((index.code_digest() + ir_key(ir)).encode()).hexdigest()[:40]
-            _ENTRIES.setdefault(key, _Entry(ir))
-            _KEYS[ir] = key
-    return key
+def _digest(ir: PipelineIR) -> str:
+    return "p" + hashlib.sha256((index.code_digest() + ir_key(ir)).encode()).hexdigest()[:40]
 
 
 def _constant_to_dynamo(fn):
@@ -65,26 +61,40 @@ def _constant_to_dynamo(fn):
     return fn
 
 
-def op_key(ir: PipelineIR) -> str:
-    """The operator's name for ``ir``, entered in the table: a digest of the IR (:func:`~tricomb.pipeline.key.
-    ir_key`) and of tricomb's code, so a graph torch cached on disk names the same pipeline in the process that
-    reads it back, and no graph cached by other tricomb code matches (a ``@triton.jit`` function is named by its
-    identity, which no other process shares)."""
-    return _key(ir)
-
-
 def key_function(ir: PipelineIR):
-    """A function of no argument returning :func:`op_key` of ``ir``, which torch.compile calls while tracing
-    and takes the result of as a constant: what a pipeline keeps, so that tracing a call passes no IR object
-    (Dynamo cannot take every frozen dataclass as a constant) and the digest is computed only when traced."""
-    return _constant_to_dynamo(lambda: _key(ir))
+    """A function of no argument returning the operator's name for ``ir``, a digest of the IR
+    (:func:`~tricomb.pipeline.key.ir_key`) and of tricomb's code, and entering it in the table. A pipeline keeps
+    one (which holds its entry); torch.compile calls it while tracing and takes the result as a constant, so that
+    tracing passes no IR object and the digest is computed only when needed. The digest makes a graph torch
+    cached on disk name the same pipeline in the process that reads it back, and no graph cached by other
+    tricomb code match (a ``@triton.jit`` function is named by its identity, which no other process shares)."""
+    held: list = []
+
+    @_constant_to_dynamo
+    def key() -> str:
+        if not held:
+            with SERIAL:
+                name = _digest(ir)
+                entry = _ENTRIES.get(name)
+                if entry is None:
+                    entry = _ENTRIES[name] = _Entry(ir)
+                held.append((name, entry))
+        return held[0][0]
+    return key
+
+
+def op_key(pipe) -> str:
+    """The operator's name for the pipeline ``pipe``, for calling ``torch.ops.tricomb.pipeline`` yourself
+    (``torch.library.opcheck``); the pipeline holds its entry."""
+    return pipe._key()
 
 
 def _entry(key: str) -> _Entry:
     entry = _ENTRIES.get(key)
     if entry is None:
-        raise KeyError(f"tricomb::pipeline: no pipeline {key!r} in this process; a graph naming it was traced in "
-                       "another process, which called the pipeline there (call it here once, or trace again)")
+        raise KeyError(f"tricomb::pipeline: no pipeline {key!r} in this process: the pipeline is gone, or a graph "
+                       "naming it was cached by another process and this one has not traced its caller (keep the "
+                       "pipeline alive while its graphs run; call or trace it here first)")
     return entry
 
 
@@ -108,7 +118,7 @@ def _pipeline_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 def _setup(ctx, inputs, output) -> None:
     key, tensors = inputs
-    ctx.key = key
+    ctx.key, ctx.entry = key, _entry(key)  # (the entry lives as long as the recorded graph)
     ctx.wanted = [i for i, t in enumerate(tensors) if t.requires_grad]
     ctx.count = len(tensors)
     if ctx.wanted:
@@ -127,7 +137,7 @@ def _backward(ctx, grads):
     if launch.traced(inputs + [g for g in grads if g is not None]):
         computed = torch.ops.tricomb.pipeline_backward(ctx.key, ctx.wanted, inputs, result, grads)
     else:
-        computed = autograd.backward(_entry(ctx.key).ir, inputs, result, grads, tuple(ctx.wanted), run_fields)
+        computed = autograd.backward(ctx.entry.ir, inputs, result, grads, tuple(ctx.wanted), run_fields)
     per_input: list = [None] * ctx.count
     for i, g in zip(ctx.wanted, computed):
         per_input[i] = g
@@ -165,35 +175,44 @@ def _fresh(g: torch.Tensor, like: torch.Tensor, arguments: list) -> torch.Tensor
     return expected.copy_(g)
 
 
-_VERIFIED: dict[PipelineIR, PipelineIR] = {}
+# derived (backward) pipelines, verified and with their compiled entries: run eagerly, never named by a graph
+_DERIVED = LRU(256)
 
 
 def run_fields(ir: PipelineIR, tensors: tuple) -> list[torch.Tensor]:
     """Run a derived (backward) pipeline on real tensors, returning its result's fields."""
-    checked = _VERIFIED.get(ir)
-    if checked is None:
-        checked = _VERIFIED.setdefault(ir, verify(ir))
-    entry = _ENTRIES.get(_key(checked))
+    entry = _DERIVED.get(ir)
+    if entry is None:
+        with SERIAL:
+            entry = _DERIVED[ir] = _Entry(verify(ir))
     result = launch.run(entry.ir, entry.cache, tuple(tensors), None)
     return list(result) if isinstance(result, tuple) else [result]
 
 
-def call(ir: PipelineIR, inputs: tuple, out=None):
-    """``ir`` on ``inputs`` through the operator, eagerly (inputs that need a graph): a tensor, or a tuple for a
-    tuple result. With grad wanted, a pipeline whose gradient is not derived, or an ``out``, is refused here,
-    before anything runs."""
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+_NO_OUT_WITH_GRAD = ("out= records no autograd history (as torch's out= arguments): with an input that requires "
+                     "grad, drop out= and use the result, or call under torch.no_grad()")
+
+
+def _recording(inputs) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+
+
+def call(ir: PipelineIR, key, inputs: tuple, out=None):
+    """``ir`` (named by ``key()``, a :func:`key_function`) on ``inputs`` through the operator, eagerly (inputs that
+    need a graph): a tensor, or a tuple for a tuple result. With grad wanted, a pipeline whose gradient is not
+    derived, or an ``out``, is refused here, before anything runs."""
+    if _recording(inputs):
         if out is not None:
-            raise UnsupportedError("out= records no autograd history (as torch's out= arguments): with an input "
-                                   "that requires grad, drop out= and use the result, or call under torch.no_grad()",
-                                   caller_location())
+            raise UnsupportedError(_NO_OUT_WITH_GRAD, caller_location())
         autograd.check(ir)
-    return _result(torch.ops.tricomb.pipeline(_key(ir), list(inputs)), out)
+    return _result(torch.ops.tricomb.pipeline(key(), list(inputs)), out)
 
 
 def traced_call(key, inputs: tuple, out=None):
     """The call torch.compile traces: the operator on ``inputs``, the pipeline named by ``key()`` (a
     :func:`key_function`). ``out`` gets the result copied in, after its shape and dtype are checked."""
+    if out is not None:  # (torch._check: a raise of tricomb's own error is not traceable)
+        torch._check(not _recording(inputs), lambda: _NO_OUT_WITH_GRAD)
     return _result(torch.ops.tricomb.pipeline(key(), list(inputs)), out)
 
 

@@ -127,8 +127,8 @@ def differentiable(fn: Function) -> None:
     Triton code whose derivative tricomb does not know."""
     for node in walk(*fn.outputs):
         if isinstance(node, JitCall):
-            raise UnsupportedError(f"no gradient through the @triton.jit function {node.fn.name} (called by "
-                                   f"{fn.name}): tricomb differentiates builtins and Python functions over them. "
+            caller = "" if fn.name == node.fn.name else f" (called by {fn.name})"
+            raise UnsupportedError(f"no gradient through the @triton.jit function {node.fn.name}{caller}: tricomb differentiates builtins and Python functions over them. "
                                    "Write it as a Python def over tc's builtins, or call the pipeline under "
                                    "torch.no_grad()", fn.location)
 
