@@ -18,7 +18,6 @@ statistics from the input in the backward kernel.
 """
 from __future__ import annotations
 
-
 from . import api
 from .autograd.backward import define, summed_to
 from .pipeline import online
