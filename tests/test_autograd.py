@@ -159,17 +159,43 @@ def _backward_launches(pipe, *inputs):
     return launches, grads
 
 
-@pytest.mark.parametrize("pipe, shapes, kernels", [
+_KERNEL_CASES = [
     (tc.zip_with(lambda a, b: tc.silu(a) * b), [(6, 5), (6, 5)], 1),  # both gradients, one kernel
     (tc.map(tc.softplus) >> tc.sum(axis=-1), [(6, 5)], 1),
     (tc.sum(axis=-1), [(6, 5)], 0),  # the cotangent expanded: no kernel
     (tc.cumsum(axis=0), [(6, 5)], 1),  # the reverse cumsum
     (tc.zip_with(lambda a, b: a * b), [(6, 5), (5,)], 2),  # a broadcast input: its own kernel, summed in it
-], ids=["zip_with", "map-sum", "sum", "cumsum", "broadcast"])
+]
+_KERNEL_IDS = ["zip_with", "map-sum", "sum", "cumsum", "broadcast"]
+
+
+@pytest.mark.parametrize("pipe, shapes, kernels", _KERNEL_CASES, ids=_KERNEL_IDS)
 def test_backward_kernel_counts(pipe, shapes, kernels):
     inputs = [torch.randn(s, dtype=torch.float64) for s in shapes]
     launches, _ = _backward_launches(pipe, *inputs)
     assert launches.triton == kernels and launches.torch_ops == [], (launches.triton, launches.torch_ops)
+
+
+@pytest.mark.parametrize("name", ["zip_with", "map-sum", "sum", "cumsum", "broadcast", "rms_norm", "layer_norm"])
+def test_explain_and_source_show_the_backward_kernels(name):
+    """explain() with an input requiring grad counts the kernels a backward launches, and source(backward=True)
+    holds one module each, each parsing on its own."""
+    import ast
+    cases = {n: (p, s) for (p, s, _), n in zip(_KERNEL_CASES, _KERNEL_IDS)}
+    cases.update({"rms_norm": (tc.library.rms_norm(), [(6, 5), (5,)]),
+                  "layer_norm": (tc.library.layer_norm(), [(6, 5), (5,), (5,)])})
+    pipe, shapes = cases[name]
+    inputs = [torch.randn(s, dtype=torch.float64, requires_grad=True) for s in shapes]
+    plan = pipe.explain(*inputs)
+    launches, _ = _backward_launches(pipe, *[t.detach() for t in inputs])
+    assert plan.backward_kernels == launches.triton
+    assert f"backward: {launches.triton} kernel(s)" in str(plan) or launches.triton == 0
+    assert pipe.explain(*[t.detach() for t in inputs]).backward_kernels == 0
+    if launches.triton:
+        modules = pipe.source(*inputs, backward=True).split("# ---- backward kernel ")[1:]
+        assert len(modules) == launches.triton
+        for module in modules:
+            ast.parse(module.split("\n", 1)[1])
 
 
 def test_gradients_have_their_inputs_dtypes_and_shapes(device):

@@ -26,10 +26,12 @@ class Plan:
     ``plan.passes`` holds ``(pass name, text of the IR after it)`` for each compiler pass, when asked for
     (``explain(x, passes=True)``), else is empty."""
 
-    def __init__(self, kernel_plan: KernelPlan, passes: tuple[tuple[str, str], ...] = (), chosen: tuple[str, ...] = ()):
+    def __init__(self, kernel_plan: KernelPlan, passes: tuple[tuple[str, str], ...] = (), chosen: tuple[str, ...] = (),
+                 backward: tuple[KernelPlan, ...] = ()):
         self.kernel_plan = kernel_plan
         self.passes = passes
         self.chosen = chosen  # what the launch chooses for the inputs explained (lines), where it chooses a plan
+        self.backward = backward  # the backward kernels' plans, when an input explained requires grad
 
     @property
     def num_kernels(self) -> int:
@@ -39,9 +41,20 @@ class Plan:
     def kind(self) -> str:
         return strategy_for(self.kernel_plan).name
 
+    @property
+    def backward_kernels(self) -> int:
+        """The number of kernels a backward runs (0 when no input explained requires grad)."""
+        return len(self.backward)
+
     def __str__(self) -> str:
         if not self.passes:
-            return "\n".join([describe(self.kernel_plan), *self.chosen])
+            lines = [describe(self.kernel_plan), *self.chosen]
+            if self.backward:
+                lines.append(f"backward: {len(self.backward)} kernel(s)")
+                for k, plan in enumerate(self.backward, 1):
+                    lines += [f"  backward kernel {k}: {pipeline_text(plan.written)}",
+                              *("    " + line for line in describe(plan).splitlines())]
+            return "\n".join(lines)
         return "\n\n".join(f"=== after {name} ===\n{text}" for name, text in self.passes)
 
     __repr__ = __str__
@@ -105,19 +118,33 @@ class Pipeline:
         return operator.call(ir, self._key, inputs, out)
 
     @_nesting_refused
-    def source(self, *inputs: torch.Tensor) -> str:
-        """The emitted module (Python source) for inputs like ``inputs``: it defines ``launch(*inputs)``."""
-        return launch.emit_source(self.ir, inputs)
+    def source(self, *inputs: torch.Tensor, backward: bool = False) -> str:
+        """The emitted module (Python source) for inputs like ``inputs``: it defines ``launch(*inputs)``. With
+        ``backward=True``, the modules of the kernels a backward runs for the float inputs' gradients, one after
+        another, each headed by a comment naming its pipeline (each is a module of its own). Raises
+        UnsupportedError where no gradient is derived."""
+        if not isinstance(backward, bool):
+            raise ArgumentError(f"backward={backward!r}: give True or False", caller_location())
+        if not backward:
+            return launch.emit_source(self.ir, inputs)
+        kernels = operator.backward_kernels(self.ir, inputs)
+        return "\n\n".join(f"# ---- backward kernel {k} of {len(kernels)}: {pipeline_text(ir)}\n"
+                             + launch.emit_source(ir, tensors) for k, (ir, tensors) in enumerate(kernels, 1))
 
     @_nesting_refused
     def explain(self, *inputs: torch.Tensor, passes: bool = False) -> Plan:
         """The kernel plan for inputs like ``inputs``; with ``passes=True``, also the IR after each compiler pass,
-        up to the emitted module (:data:`tricomb.compiler.PASSES`), which ``str(plan)`` then shows."""
+        up to the emitted module (:data:`tricomb.compiler.PASSES`), which ``str(plan)`` then shows. When an input
+        requires grad, also the plans of the kernels a backward runs (``plan.backward``, shown after the
+        forward's): derived without running them, allocating the tensors between them."""
         if not isinstance(passes, bool):
             raise ArgumentError(f"passes={passes!r}: give True or False", caller_location())
         record: list = []
         unit = launch.lowered(self.ir, inputs, until="emit" if passes else "fuse", record=record if passes else None)
-        return Plan(unit.plan, tuple(record), tuple(_chosen(unit.plan, inputs)))
+        grad = builtins.any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+        backward = tuple(launch.lowered(ir, tensors).plan for ir, tensors in
+                         operator.backward_kernels(self.ir, inputs)) if grad else ()
+        return Plan(unit.plan, tuple(record), tuple(_chosen(unit.plan, inputs)), backward)
 
     @property
     def num_inputs(self) -> int:

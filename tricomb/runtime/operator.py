@@ -189,6 +189,34 @@ def run_fields(ir: PipelineIR, tensors: tuple) -> list[torch.Tensor]:
     return list(result) if isinstance(result, tuple) else [result]
 
 
+def backward_kernels(ir: PipelineIR, inputs: tuple) -> list[tuple[PipelineIR, tuple]]:
+    """The backward pipelines, each with inputs like its own, that a backward of ``ir`` on inputs like ``inputs``
+    runs for the gradients of the float inputs, derived without running one: each records itself and answers
+    with tensors of torch's result (allocated, not computed). Raises UnsupportedError as a call with grad
+    would."""
+    wanted = tuple(i for i, t in enumerate(inputs) if t.is_floating_point())
+    if not wanted:
+        return []
+    autograd.check(ir)
+    device = inputs[0].device
+
+    def like(fields_of, tensors):
+        metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in tensors]
+        return [torch.empty_strided(f.shape, f.stride(), dtype=f.dtype, device=device)
+                for f in evaluate_fields(fields_of, metas)]
+    recorded: list = []
+
+    def record(derived: PipelineIR, tensors: tuple) -> list:
+        checked = verify(derived)
+        recorded.append((checked, tuple(tensors)))
+        return like(checked, tensors)
+    result = like(ir, inputs)
+    grads = [torch.empty_like(r) if r.is_floating_point() else None for r in result]
+    with torch.no_grad():
+        autograd.backward(ir, tuple(t.detach() for t in inputs), result, grads, wanted, record)
+    return recorded
+
+
 _NO_OUT_WITH_GRAD = ("out= records no autograd history (as torch's out= arguments): with an input that requires "
                      "grad, drop out= and use the result, or call under torch.no_grad()")
 
@@ -237,4 +265,4 @@ def _into(out, result):
     return out
 
 
-__all__ = ["call", "key_function", "op_key", "run_fields", "traced_call"]
+__all__ = ["backward_kernels", "call", "key_function", "op_key", "run_fields", "traced_call"]
