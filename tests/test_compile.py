@@ -225,3 +225,11 @@ def test_the_constant_marker_is_torchs():
     importing torch._dynamo: the two marks must agree."""
     marked = torch.compiler.assume_constant_result(lambda: 0)
     assert set(vars(marked)) == set(vars(tc.map(tc.exp)._key)) == {"_dynamo_marked_constant"}
+
+
+def test_the_operator_runs_the_pipelines_own_compiled_entries():
+    """A call with grad reuses the module an eager call built: the operator's entry holds the pipeline's cache."""
+    pipe = tc.map(tc.exp)
+    pipe(torch.randn(4))
+    pipe(torch.randn(4, requires_grad=True))
+    assert operator._ENTRIES[operator.op_key(pipe)].cache is pipe._cache

@@ -84,7 +84,7 @@ class Pipeline:
         self.ir = verify(ir)
         self._cache = launch.PipelineCache(self.ir)
         self._named = _named_result(self.ir)
-        self._key = operator.key_function(self.ir)
+        self._key = operator.key_function(self.ir, self._cache)
 
     def __rshift__(self, other: "Pipeline") -> "Pipeline":
         if not isinstance(other, Pipeline):
@@ -115,7 +115,7 @@ class Pipeline:
 
     def _through_operator(self, ir: PipelineIR, inputs: tuple, out):
         """The call path for inputs that need a graph (grad, or a tracer's): the torch operator."""
-        return operator.call(ir, self._key, inputs, out)
+        return operator.call(self._key, inputs, out)
 
     @_nesting_refused
     def source(self, *inputs: torch.Tensor, backward: bool = False) -> str:

@@ -30,7 +30,7 @@ from ..scalar.builtins import convert_op
 from ..scalar.derivatives import differentiable, pullback
 from ..scalar.ir import Arg, Call, Const, Expr, Function, substitute, walk
 from ..scalar.trace import BUILTINS, Traced, to_function
-from .parts import Parts, parts
+from .parts import Parts, compose, parts
 
 Run = Callable[[PipelineIR, tuple], list]  # runs a pipeline on tensors, returns its result's fields
 Tensors = Sequence[torch.Tensor | None]
@@ -194,7 +194,6 @@ def backward(pipeline: PipelineIR, inputs: tuple, result: tuple, grads: Tensors,
 
 
 def compose_all(p: Parts) -> Function:
-    from .parts import compose
     return compose(p.before + p.after, 0, p.early + p.late)
 
 

@@ -35,13 +35,22 @@ _BACKWARD = "tricomb::pipeline_backward"
 
 
 class _Entry:
-    """A pipeline known to the operator: its IR and its compiled entries (as a Pipeline keeps them)."""
+    """A pipeline known to the operator: its IR, its compiled entries (the pipeline's own, where it has them:
+    one module serves its eager and its recorded calls), and whether its gradient is derived (checked once)."""
 
-    __slots__ = ("ir", "cache", "__weakref__")
+    __slots__ = ("ir", "cache", "_derivable", "__weakref__")
 
-    def __init__(self, ir: PipelineIR):
+    def __init__(self, ir: PipelineIR, cache: launch.PipelineCache | None = None):
         self.ir = ir
-        self.cache = launch.PipelineCache(ir)
+        self.cache = cache if cache is not None else launch.PipelineCache(ir)
+        self._derivable = False
+
+    def check_gradient(self) -> None:
+        """Raise UnsupportedError, naming the stage, where the pipeline's gradient is not derived
+        (:func:`tricomb.autograd.backward.check`; a pipeline that passes is not checked again)."""
+        if not self._derivable:
+            autograd.check(self.ir)
+            self._derivable = True
 
 
 # key -> entry, while something holds the entry: the pipeline (its key function), or a recorded backward (its
@@ -61,10 +70,10 @@ def _constant_to_dynamo(fn):
     return fn
 
 
-def key_function(ir: PipelineIR):
+def key_function(ir: PipelineIR, cache: launch.PipelineCache | None = None):
     """A function of no argument returning the operator's name for ``ir``, a digest of the IR
     (:func:`~tricomb.pipeline.key.ir_key`) and of tricomb's code, and entering it in the table. A pipeline keeps
-    one (which holds its entry); torch.compile calls it while tracing and takes the result as a constant, so that
+    one (which holds its entry, sharing the pipeline's ``cache``); torch.compile calls it while tracing and takes the result as a constant, so that
     tracing passes no IR object and the digest is computed only when needed. The digest makes a graph torch
     cached on disk name the same pipeline in the process that reads it back, and no graph cached by other
     tricomb code match (a ``@triton.jit`` function is named by its identity, which no other process shares)."""
@@ -77,7 +86,7 @@ def key_function(ir: PipelineIR):
                 name = _digest(ir)
                 entry = _ENTRIES.get(name)
                 if entry is None:
-                    entry = _ENTRIES[name] = _Entry(ir)
+                    entry = _ENTRIES[name] = _Entry(ir, cache)
                 held.append((name, entry))
         return held[0][0]
     return key
@@ -122,7 +131,7 @@ def _setup(ctx, inputs, output) -> None:
     ctx.wanted = [i for i, t in enumerate(tensors) if t.requires_grad]
     ctx.count = len(tensors)
     if ctx.wanted:
-        autograd.check(_entry(key).ir)
+        ctx.entry.check_gradient()
     ctx.save_for_backward(*tensors, *output)
 
 
@@ -225,15 +234,16 @@ def _recording(inputs) -> bool:
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
 
 
-def call(ir: PipelineIR, key, inputs: tuple, out=None):
-    """``ir`` (named by ``key()``, a :func:`key_function`) on ``inputs`` through the operator, eagerly (inputs that
-    need a graph): a tensor, or a tuple for a tuple result. With grad wanted, a pipeline whose gradient is not
-    derived, or an ``out``, is refused here, before anything runs."""
+def call(key, inputs: tuple, out=None):
+    """The pipeline named by ``key()`` (a :func:`key_function`) on ``inputs`` through the operator, eagerly
+    (inputs that need a graph): a tensor, or a tuple for a tuple result. With grad wanted, a pipeline whose
+    gradient is not derived, or an ``out``, is refused here, before anything runs."""
+    name = key()
     if _recording(inputs):
         if out is not None:
             raise UnsupportedError(_NO_OUT_WITH_GRAD, caller_location())
-        autograd.check(ir)
-    return _result(torch.ops.tricomb.pipeline(key(), list(inputs)), out)
+        _entry(name).check_gradient()
+    return _result(torch.ops.tricomb.pipeline(name, list(inputs)), out)
 
 
 def traced_call(key, inputs: tuple, out=None):
