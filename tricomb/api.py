@@ -113,7 +113,7 @@ class Pipeline:
             result = launch.run(self.ir, self._cache, inputs, out, self._through_operator)
         return result if self._named is None else self._named(result)
 
-    def _through_operator(self, ir: PipelineIR, inputs: tuple, out):
+    def _through_operator(self, inputs: tuple, out):
         """The call path for inputs that need a graph (grad, or a tracer's): the torch operator."""
         return operator.call(self._key, inputs, out)
 

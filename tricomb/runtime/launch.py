@@ -153,10 +153,14 @@ def traced(tensors) -> bool:
     return torch.compiler.is_compiling() or any(isinstance(t, torch.Tensor) and is_fake(t) for t in tensors)
 
 
+def records_grad(tensors) -> bool:
+    """Whether a call records autograd history: an input requires grad, in grad mode."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
 def needs_graph(tensors) -> bool:
-    """Whether a call records autograd history (an input requires grad, in grad mode) or is traced."""
-    grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
-    return grad or traced(tensors)
+    """Whether a call records autograd history or is traced."""
+    return records_grad(tensors) or traced(tensors)
 
 
 def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Tensor | None, graph=None):
@@ -166,8 +170,8 @@ def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Te
     prepared launch: no binding, planning or argument computation, one dictionary lookup. The first such call
     in a process finds the module in the disk index when an earlier process built it (:mod:`.index`), and its
     compiled kernel among those recorded (:mod:`.binaries`). A call that must record autograd history or is
-    traced (:func:`needs_graph`) is ``graph(pipeline, tensors, out)`` instead, when ``graph`` is given (the
-    torch operator's call)."""
+    traced (:func:`needs_graph`) is ``graph(tensors, out)`` instead, when ``graph`` is given (the torch
+    operator's call)."""
     cache = kept.entries() if kept.jit_refs else kept.layouts
     overrides = _OVERRIDES.get()
     key = fast_key(tensors) if out is None and not overrides else None
@@ -175,7 +179,7 @@ def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Te
     if prepared is not None:
         return prepared(*tensors)
     if graph is not None and needs_graph(tensors):
-        return graph(pipeline, tensors, out)
+        return graph(tensors, out)
     try:
         with SERIAL:
             return _first_call(pipeline, cache, tensors, out, key, overrides)
@@ -256,5 +260,5 @@ def lowered(pipeline: PipelineIR, tensors: tuple, until: str = "fuse", record: l
         return compiler.lower(pipeline, tensors, until=until, record=record)
 
 
-__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "lowered", "needs_graph", "PipelineCache", "run",
-           "schedule_overrides", "traced"]
+__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "lowered", "needs_graph", "PipelineCache",
+           "records_grad", "run", "schedule_overrides", "traced"]

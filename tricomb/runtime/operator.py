@@ -230,16 +230,12 @@ _NO_OUT_WITH_GRAD = ("out= records no autograd history (as torch's out= argument
                      "grad, drop out= and use the result, or call under torch.no_grad()")
 
 
-def _recording(inputs) -> bool:
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
-
-
 def call(key, inputs: tuple, out=None):
     """The pipeline named by ``key()`` (a :func:`key_function`) on ``inputs`` through the operator, eagerly
     (inputs that need a graph): a tensor, or a tuple for a tuple result. With grad wanted, a pipeline whose
     gradient is not derived, or an ``out``, is refused here, before anything runs."""
     name = key()
-    if _recording(inputs):
+    if launch.records_grad(inputs):
         if out is not None:
             raise UnsupportedError(_NO_OUT_WITH_GRAD, caller_location())
         _entry(name).check_gradient()
@@ -250,7 +246,7 @@ def traced_call(key, inputs: tuple, out=None):
     """The call torch.compile traces: the operator on ``inputs``, the pipeline named by ``key()`` (a
     :func:`key_function`). ``out`` gets the result copied in, after its shape and dtype are checked."""
     if out is not None:  # (torch._check: a raise of tricomb's own error is not traceable)
-        torch._check(not _recording(inputs), lambda: _NO_OUT_WITH_GRAD)
+        torch._check(not launch.records_grad(inputs), lambda: _NO_OUT_WITH_GRAD)
     return _result(torch.ops.tricomb.pipeline(key(), list(inputs)), out)
 
 
