@@ -8,7 +8,7 @@
 """
 from ._version import __version__
 from .api import (Pipeline, Plan, all, any, attach, fanout, argmax, argmin, cummax, cummin, cumprod, cumsum, map, max, mean, min, nanmean, nansum, prod, reduce, scan,
-                  sum, zip_with)
+                  sum, vjp, zip_with)
 from .dsl.parser import parse
 from . import library
 from .pipeline.operators import Laws, check_laws
@@ -19,7 +19,7 @@ from .scalar.trace import BUILTINS as _BUILTINS
 globals().update(_BUILTINS)  # tc.exp, tc.add, tc.where, ...: one public name per row of the op table
 
 __all__ = ["Pipeline", "Plan", "map", "zip_with", "reduce", "scan", "attach", "fanout", "sum", "prod", "max", "min", "mean", "nanmean", "nansum", "argmax", "argmin", "any", "all", "cumsum",
-           "cumprod", "cummax", "cummin", "parse", "check_laws", "Laws", "TricombError", "ParseError", "UnknownNameError", "ArityError",
+           "cumprod", "cummax", "cummin", "vjp", "parse", "check_laws", "Laws", "TricombError", "ParseError", "UnknownNameError", "ArityError",
            "TraceError", "InlineError", "ShapeError", "AxisError", "DTypeError", "DeviceError", "UnsupportedError",
            "StageError", "LawError", "CacheWarning", "ArgumentError", "AliasError", "library",
            "Location", "__version__"] + sorted(_BUILTINS)

@@ -17,8 +17,9 @@ from .pipeline.printer import pipeline_text
 from .pipeline.shorthands import SHORTHANDS, Shorthand
 from .pipeline.verify import operator_spec, verify
 from .runtime import launch, operator
-from .scalar.ir import Arg, Call, Function, JitCall, walk
-from .scalar.trace import BUILTINS, to_function
+from .scalar.derivatives import define_jit_vjp
+from .scalar.ir import Arg, Call, Function, JitCall, JitRef, walk
+from .scalar.trace import BUILTINS, Traced, is_jit_function, to_function
 
 
 class Plan:
@@ -408,3 +409,45 @@ def _shorthand(spec: Shorthand):
 # each name is bound to its own row)
 (sum, prod, max, min, mean, nansum, nanmean, argmax, argmin, any, all,  # noqa: A001
  cumsum, cumprod, cummax, cummin) = (_shorthand(spec) for spec in SHORTHANDS.values())
+
+
+def vjp(fn):
+    """Give the ``@triton.jit`` function ``fn`` a derivative, for the gradients of pipelines that call it::
+
+        @tc.vjp(my_tanh)
+        def _(x, y, g):      # its operands, its result, the cotangent of its result
+            return g * (1.0 - y * y)
+
+    The decorated Python function works over tc's builtins, as a map's function does, and returns each
+    operand's share of the cotangent (a tuple for several operands; None for one that gets no gradient). It
+    replaces the derivative tricomb reads from ``fn``'s body, which needs a body of builtins only. The rule
+    holds for every pipeline, built before or after; returns the decorated function unchanged.
+
+    Raises :class:`~tricomb.ArgumentError` when ``fn`` is not a ``@triton.jit`` function, or the rule does not
+    take ``fn``'s operands, its result and the cotangent, or returns other than one share per operand."""
+    where = caller_location()
+    if not is_jit_function(fn):
+        raise ArgumentError(f"tc.vjp takes the @triton.jit function to give a derivative, got {fn!r}; a Python "
+                            "function over tc's builtins needs none (tricomb differentiates it)", where)
+    arity = to_function(fn, role="tc.vjp's function", location=where).arity
+
+    def register(rule):
+        _check_vjp_rule(rule, fn.fn.__name__, arity, where)
+        define_jit_vjp(JitRef(fn), rule)
+        return rule
+    return register
+
+
+def _check_vjp_rule(rule, name: str, arity: int, where) -> None:
+    """Trace ``rule`` once on placeholders, so a wrong rule fails where it is given, not in a backward."""
+    wants = f"{arity + 2} arguments ({arity} operand(s) of {name}, its result, the cotangent)"
+    if not callable(rule):
+        raise ArgumentError(f"tc.vjp({name}) decorates a function of {wants}, got {rule!r}", where)
+    try:
+        shares = rule(*(Traced(Arg(i)) for i in range(arity + 2)))
+    except TypeError as exc:
+        raise ArgumentError(f"tc.vjp({name})'s rule must take {wants}: {exc}", where) from None
+    shares = shares if isinstance(shares, tuple) else (shares,)
+    if len(shares) != arity or not builtins.all(s is None or isinstance(s, (Traced, numbers.Real)) for s in shares):
+        raise ArgumentError(f"tc.vjp({name})'s rule must return one share per operand ({arity}: a value of tc's "
+                            f"builtins, a number or None), got {shares!r}", where)

@@ -18,7 +18,8 @@ from typing import Callable
 
 from ..errors import UnsupportedError
 from .builtins import OPS
-from .ir import Arg, Call, Const, Expr, Function, JitCall, as_expr, walk
+from .ir import Arg, Call, Const, Expr, Function, JitCall, JitRef, as_expr, substitute, walk
+from .jit_body import body
 from .trace import BUILTINS, Traced
 
 _T = BUILTINS
@@ -122,15 +123,38 @@ def rule_for(op: str) -> Rule | None:
     raise KeyError(f"the builtin {op!r} has no entry in the derivative table")
 
 
+# the derivatives users give their @triton.jit functions (tricomb.vjp): a rule as in VJP, on traced values
+JIT_VJP: dict[JitRef, Rule] = {}
+
+
+def define_jit_vjp(ref: JitRef, rule: Rule) -> None:
+    JIT_VJP[ref] = rule
+
+
 def differentiable(fn: Function) -> None:
-    """Raise UnsupportedError, naming the function, when ``fn`` calls a ``@triton.jit`` function: its body is
-    Triton code whose derivative tricomb does not know."""
+    """Raise UnsupportedError, naming the function, when ``fn`` calls a ``@triton.jit`` function with no
+    derivative: none given (:data:`JIT_VJP`), and a body that is not only builtins (:mod:`.jit_body`)."""
     for node in walk(*fn.outputs):
-        if isinstance(node, JitCall):
-            caller = "" if fn.name == node.fn.name else f" (called by {fn.name})"
-            raise UnsupportedError(f"no gradient through the @triton.jit function {node.fn.name}{caller}: tricomb differentiates builtins and Python functions over them. "
-                                   "Write it as a Python def over tc's builtins, or call the pipeline under "
-                                   "torch.no_grad()", fn.location)
+        if isinstance(node, JitCall) and node.fn not in JIT_VJP:
+            try:
+                body(node.fn, len(node.args))
+            except UnsupportedError as exc:
+                caller = "" if fn.name == node.fn.name else f" (called by {fn.name})"
+                raise UnsupportedError(exc.message.replace(f"function {node.fn.name}:", f"function {node.fn.name}"
+                                                           f"{caller}:", 1), fn.location) from None
+
+
+def _jit_shares(node: JitCall, g: Expr) -> tuple:
+    """The shares of a ``@triton.jit`` call's operands: by the rule its user gave, else by the pullback of its
+    body (a placeholder argument after the body's own carries the cotangent until it is substituted)."""
+    rule = JIT_VJP.get(node.fn)
+    if rule is not None:
+        shares = rule(*(Traced(a) for a in node.args), Traced(node), Traced(g))
+        return shares if isinstance(shares, tuple) else (shares,)
+    k = len(node.args)
+    fn = body(node.fn, k)
+    exprs = pulled(fn, tuple(range(k)), (Arg(k),))
+    return tuple(substitute(Function(k + 1, exprs), [*node.args, g]))
 
 
 def _add(a: Expr | None, b: Expr) -> Expr:
@@ -141,22 +165,42 @@ def pullback(fn: Function, wanted: tuple[int, ...]) -> Function:
     """The vector-Jacobian product of ``fn``: a function of ``fn``'s ``k`` arguments, then one cotangent per
     result of ``fn`` (arguments ``k`` to ``k + m - 1``), returning the gradient of each argument in ``wanted``
     (0.0 for one that no result depends on). Raises UnsupportedError for a ``@triton.jit`` call."""
-    differentiable(fn)
     k = fn.arity
+    grads = pulled(fn, wanted, tuple(Arg(k + j) for j in range(len(fn.outputs))))
+    return Function(k + len(fn.outputs), grads, f"d_{fn.name}", fn.location)
+
+
+def pulled(fn: Function, wanted: tuple[int, ...], seeds: tuple[Expr | None, ...]) -> tuple[Expr, ...]:
+    """The gradients of ``fn``'s arguments in ``wanted`` given the cotangent ``seeds`` of its results (None: no
+    cotangent, which then reaches nothing), as expressions over ``fn``'s arguments and whatever the seeds read.
+    A gradient that no seeded result depends on is exactly ``Const(0.0)``, so a caller can tell the structural
+    zeros of a Jacobian (a seed of 1.0 on one result gives one column)."""
+    differentiable(fn)
     adjoint: dict[Expr, Expr] = {}
-    for j, out in enumerate(fn.outputs):
-        adjoint[out] = _add(adjoint.get(out), Arg(k + j))
+    for out, seed in zip(fn.outputs, seeds):
+        if seed is not None:
+            adjoint[out] = _add(adjoint.get(out), seed)
     for node in reversed(list(walk(*fn.outputs))):
         g = adjoint.get(node)
-        if g is None or not isinstance(node, Call):
+        if g is None or not isinstance(node, (Call, JitCall)):
             continue
-        rule = rule_for(node.op)
-        if rule is None:
-            continue
-        shares = rule(*(Traced(a) for a in node.args), Traced(node), Traced(g))
+        if isinstance(node, JitCall):
+            shares = _jit_shares(node, g)
+        else:
+            rule = rule_for(node.op)
+            if rule is None:
+                continue
+            shares = rule(*(Traced(a) for a in node.args), Traced(node), Traced(g))
         for operand, share in zip(node.args, shares):
             if share is not None and not isinstance(operand, Const):
                 adjoint[operand] = _add(adjoint.get(operand), as_expr(share.expr if isinstance(share, Traced)
                                                                       else share))
-    grads = tuple(adjoint.get(Arg(i), Const(0.0)) for i in wanted)
-    return Function(k + len(fn.outputs), grads, f"d_{fn.name}", fn.location)
+    return tuple(adjoint.get(Arg(i), ZERO) for i in wanted)
+
+
+ZERO = Const(0.0)
+
+
+def is_zero(expr: Expr) -> bool:
+    """Whether ``expr`` is the structural zero :func:`pulled` gives for a gradient no result reaches."""
+    return expr is ZERO
