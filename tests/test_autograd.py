@@ -129,7 +129,11 @@ def test_gradients_in_low_precision_equal_torch(dtype):
     w = torch.randn(384, device="cuda", dtype=dtype)
     pipes = [tc.zip_with(lambda a, b: tc.silu(a) * b), tc.map(tc.softplus) >> tc.sum(axis=-1),
              tc.zip_with(lambda a, b: a * b) >> tc.reduce(tc.logaddexp, axis=-1), tc.cumsum(axis=-1),
-             tc.zip_with(lambda a, b: tc.gelu_tanh(a) * 0.0 + a + b) >> tc.max(axis=0)]
+             tc.zip_with(lambda a, b: tc.gelu_tanh(a) * 0.0 + a + b) >> tc.max(axis=0),
+             # the adjoint rule: its exclusive scan and reverse affine scan, in the input's precision
+             tc.map(lambda a: 1.0 + 0.01 * a) >> tc.cumprod(axis=0),
+             tc.zip_with(lambda a, b: (a, tc.sigmoid(b))) >> tc.scan(tc.library.LINEAR, axis=-1, identity=(0.0, 1.0))
+             >> tc.map(lambda h, decay: h)]
     # for the max: values distinct along each column and exact in bfloat16, so both sides pick one element
     distinct = (torch.argsort(torch.rand(64, 384, device="cuda"), dim=0).to(dtype) / 8)
     for pipe in pipes:
@@ -144,6 +148,157 @@ def test_gradients_in_low_precision_equal_torch(dtype):
             scale = b.float().abs().max().item()
             tol = 3e-2 if dtype == torch.bfloat16 else 1e-4
             torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol * scale)
+
+
+# ---- folds by any operator: the adjoint rule ----------------------------------------------------------------
+
+_ZEROS = torch.tensor([[0.5, 0.0, 2.0, -1.5, 3.0], [0.0, 1.5, 0.0, 2.0, -0.5], [1.0, -2.0, 0.5, 1.5, 2.5]])
+_TIES = torch.tensor([[1.0, 3.0, 3.0, 2.0, 5.0, 5.0], [2.0, float("nan"), 1.0, float("nan"), 4.0, 0.0]])
+_TORCH_FOLDS = {  # tricomb's fold, torch's function, the input: zeros, ties and NaN where torch has a convention
+    "prod": (tc.prod(axis=-1), lambda x: torch.prod(x, -1), _ZEROS),
+    "prod all": (tc.prod(), torch.prod, _ZEROS),
+    "prod two axes": (tc.prod(axis=(0, 1), keepdim=True), lambda x: x.prod(1, keepdim=True).prod(0, keepdim=True),
+                      _ZEROS.reshape(3, 5, 1)),
+    "cumprod": (tc.cumprod(axis=-1), lambda x: torch.cumprod(x, -1), _ZEROS),
+    "cumprod reversed": (tc.cumprod(axis=0, reverse=True), lambda x: x.flip(0).cumprod(0).flip(0), _ZEROS),
+    "logcumsumexp": (tc.scan(tc.logaddexp, axis=-1), lambda x: torch.logcumsumexp(x, -1), _ZEROS),
+    "cummax": (tc.scan(tc.maximum, axis=-1), lambda x: torch.cummax(x, -1).values, _TIES),
+    "cummin reversed": (tc.scan(tc.minimum, axis=-1, reverse=True),
+                        lambda x: torch.cummin(x.flip(-1), -1).values.flip(-1), -_TIES),
+    "cummax indices": (tc.cummax(axis=-1) >> tc.map(lambda v, i: v), lambda x: torch.cummax(x, -1).values, _TIES),
+    "nansum": (tc.nansum(axis=-1), lambda x: torch.nansum(x, -1), _TIES),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TORCH_FOLDS))
+def test_fold_gradients_follow_torch_at_zeros_ties_and_nan(name, device):
+    """A product's gradient is the product of the other elements (no division by a zero), cummax/cummin's goes
+    to the index each running value came from (the latest on ties, a NaN once seen), nansum's skips NaN."""
+    pipe, reference, x = _TORCH_FOLDS[name]
+    x = x.to(device, torch.float64)
+    cotangent = torch.randn_like(reference(x))
+    ours, theirs = _grads(pipe, [x], cotangent)[0], _grads(reference, [x], cotangent)[0]
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def _recurrence_closed_form(v, d, g, reverse: bool):
+    """The gradient of ``h[t] = d[t] h[t-1] + v[t]`` written out: ``lam[t] = g[t] + d[t+1] lam[t+1]``,
+    ``dv = lam``, ``dd[t] = lam[t] h[t-1]`` (from the end for ``reverse``: flipped)."""
+    if reverse:
+        dv, dd = _recurrence_closed_form(v.flip(-1), d.flip(-1), g.flip(-1), False)
+        return dv.flip(-1), dd.flip(-1)
+    n = v.shape[-1]
+    h, prev = [], torch.zeros_like(v[..., 0])
+    for t in range(n):
+        prev = d[..., t] * prev + v[..., t]
+        h.append(prev)
+    lam, after = [None] * n, torch.zeros_like(v[..., 0])
+    for t in reversed(range(n)):
+        after = g[..., t] + (d[..., t + 1] * after if t + 1 < n else 0.0)
+        lam[t] = after
+    dv = torch.stack(lam, -1)
+    dd = torch.stack([lam[t] * (h[t - 1] if t else torch.zeros_like(h[0])) for t in range(n)], -1)
+    return dv, dd
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reversed"])
+def test_the_linear_recurrence_gradient_is_its_closed_form(reverse, device):
+    """The general rule on the (value, decay) scan keeps one decay and one value (a cotangent on h alone
+    reaches no product of decays), and equals the reverse recurrence with the decays shifted by one."""
+    pipe = tc.library.linear_recurrence(reverse=reverse) >> tc.map(lambda h, decay: h)
+    v = torch.randn(3, 9, dtype=torch.float64, device=device)
+    d = torch.rand(3, 9, dtype=torch.float64, device=device)
+    g = torch.randn(3, 9, dtype=torch.float64, device=device)
+    ours = _grads(pipe, [v, d], g)
+    for a, b in zip(ours, _recurrence_closed_form(v, d, g, reverse)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    plan = str(pipe.explain(v.requires_grad_(), d))
+    adjoint_direction = "" if reverse else "reverse=True, "  # the adjoint runs against the forward scan
+    assert f"scan affine({adjoint_direction}exclusive=True, identity=(1.0, 0.0))" in plan, plan
+
+
+_ORDERED = {  # operators that do not commute, or have no identity, against torch differentiating the reference
+    "recurrence over two axes": (tc.zip_with(lambda v, d: (v, d)) >> tc.reduce(tc.library.LINEAR, axis=(0, 2),
+                                                                               identity=(0.0, 1.0))
+                                 >> tc.map(lambda h, decay: h * decay), [(3, 2, 4), (3, 2, 4)]),
+    "recurrence without identity": (tc.zip_with(lambda v, d: (v, d)) >> tc.scan(tc.library.LINEAR, axis=0,
+                                                                                 reverse=True),
+                                    [(5, 3), (5, 3)]),
+    "exclusive recurrence": (tc.zip_with(lambda v, d: (v, d)) >> tc.scan(tc.library.LINEAR, exclusive=True,
+                                                                         identity=(0.0, 1.0)), [(3, 6), (6,)]),
+    "harmonic reduce": (tc.map(lambda x: 1.0 + x * x) >> tc.reduce(lambda a, b: a * b / (a + b), axis=-1),
+                        [(3, 6)]),
+    "welford": (tc.library.var(axis=-1, correction=0), [(4, 7)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ORDERED))
+def test_operator_gradients_keep_the_operators_order(name, device):
+    pipe, shapes = _ORDERED[name]
+    gen = torch.Generator().manual_seed(3)
+    inputs = [torch.rand(s, generator=gen, dtype=torch.float64).to(device) for s in shapes]
+    out = pipe(*inputs)
+    outs = out if isinstance(out, tuple) else (out,)
+    cotangents = [torch.randn_like(o) for o in outs]
+
+    def both(fn):
+        leaves = [t.clone().requires_grad_(True) for t in inputs]
+        result = fn(*leaves)
+        result = result if isinstance(result, tuple) else (result,)
+        return torch.autograd.grad(result, leaves, cotangents)
+    for a, b in zip(both(pipe), both(lambda *xs: evaluate(pipe.ir, list(xs)))):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+# ---- @triton.jit functions ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def jit_functions():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def half_exp(x):
+        return tl.exp(x) * 0.5
+
+    @triton.jit
+    def mixed(x, y):
+        return x / (1.0 + tl.abs(x)) + half_exp(y) * tl.sigmoid(x)
+    return half_exp, mixed
+
+
+def test_a_jit_function_of_builtins_is_differentiated_through_its_body(jit_functions, device):
+    _, mixed = jit_functions
+    same = (lambda x, y: x / (1.0 + abs(x)) + tc.exp(y) * 0.5 * tc.sigmoid(x))
+    x, y = (torch.randn(4, 5, dtype=torch.float64, device=device) for _ in range(2))
+    g = torch.randn(4, dtype=torch.float64, device=device)
+    ours = _grads(tc.zip_with(mixed) >> tc.sum(axis=-1), [x, y], g)
+    theirs = _grads(tc.zip_with(same) >> tc.sum(axis=-1), [x, y], g)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_derivative_given_with_vjp_is_the_one_used(jit_clamped, device):
+    """The rule replaces the body's: a deliberately different one (twice the cotangent) shows it is taken."""
+    @tc.vjp(jit_clamped)
+    def _(v, y, g):
+        return 2.0 * g
+    x = torch.randn(6, dtype=torch.float64, device=device)
+    g = torch.randn(6, dtype=torch.float64, device=device)
+    (dx,) = _grads(tc.map(jit_clamped), [x], g)
+    torch.testing.assert_close(dx, 2.0 * g)
+
+
+def test_vjp_refuses_what_is_not_a_derivative(jit_clamped):
+    with pytest.raises(tc.ArgumentError, match="@triton.jit function"):
+        tc.vjp(lambda v: v)
+    with pytest.raises(tc.ArgumentError, match="must take 3 arguments"):
+        tc.vjp(jit_clamped)(lambda v, g: g)
+    with pytest.raises(tc.ArgumentError, match="one share per operand"):
+        tc.vjp(jit_clamped)(lambda v, y, g: (g, g))
+    with pytest.raises(UnsupportedError, match="clamped"):  # nothing was registered by the refused rules
+        tc.map(jit_clamped)(torch.randn(3).requires_grad_(True))
 
 
 # ---- what a backward runs ----------------------------------------------------------------------------------------
@@ -165,8 +320,11 @@ _KERNEL_CASES = [
     (tc.sum(axis=-1), [(6, 5)], 0),  # the cotangent expanded: no kernel
     (tc.cumsum(axis=0), [(6, 5)], 1),  # the reverse cumsum
     (tc.zip_with(lambda a, b: a * b), [(6, 5), (5,)], 2),  # a broadcast input: its own kernel, summed in it
+    (tc.prod(axis=-1), [(6, 5)], 2),  # the exclusive prefix, then the suffix and the pullback
+    (tc.cumprod(axis=-1), [(6, 5)], 2),  # the exclusive scan, then the reverse affine scan and the pullback
+    (tc.library.linear_recurrence() >> tc.map(lambda h, decay: h), [(6, 5), (6, 5)], 2),
 ]
-_KERNEL_IDS = ["zip_with", "map-sum", "sum", "cumsum", "broadcast"]
+_KERNEL_IDS = ["zip_with", "map-sum", "sum", "cumsum", "broadcast", "prod", "cumprod", "recurrence"]
 
 
 @pytest.mark.parametrize("pipe, shapes, kernels", _KERNEL_CASES, ids=_KERNEL_IDS)
@@ -413,13 +571,14 @@ def test_library_gradients_in_low_precision(name, dtype):
 # ---- refusals ----------------------------------------------------------------------------------------------------
 
 @pytest.fixture
-def jit_square():
+def jit_clamped():
     import triton
+    import triton.language as tl
 
     @triton.jit
-    def square(v):
-        return v * v
-    return square
+    def clamped(v):
+        return tl.clamp(v, -1.0, 1.0) * v
+    return clamped
 
 
 def _refused_before_launch(pipe, *inputs, match: str):
@@ -429,17 +588,17 @@ def _refused_before_launch(pipe, *inputs, match: str):
     assert launches.total == 0
 
 
-def test_a_jit_function_is_refused_by_name(jit_square):
-    _refused_before_launch(tc.map(jit_square), torch.randn(4), match="@triton.jit function square")
+def test_a_jit_function_beyond_the_builtins_is_refused_by_name(jit_clamped):
+    _refused_before_launch(tc.map(lambda v: jit_clamped(v) + 1.0), torch.randn(4),
+                           match=r"@triton.jit function clamped \(called by .*tl.clamp.*tc.vjp\(clamped\)")
 
 
 @pytest.mark.parametrize("pipe, match", [
-    (tc.prod(axis=-1), "no gradient for prod"),
-    (tc.cummax(axis=-1), "no gradient for cummax"),
+    (tc.nanmean(axis=-1), "nanmean"),
     (tc.attach(tc.max(axis=-1)) >> tc.map(lambda v, m: v - m), "attach"),
     (tc.map(tc.exp) >> tc.library.softmax(axis=-1), "whole pipeline"),
     (tc.sum(axis=-1) >> tc.sum(), "second reduce"),
-], ids=["prod", "cummax", "attach", "library-within", "rows-reduce"])
+], ids=["nanmean", "attach", "library-within", "rows-reduce"])
 def test_stages_without_a_derived_gradient_are_refused(pipe, match):
     _refused_before_launch(pipe, torch.rand(3, 4) + 0.5, match=match)
 
@@ -453,9 +612,9 @@ def test_a_second_derivative_is_refused():
 
 
 def test_a_refused_gradient_leaves_the_pipeline_usable():
-    pipe = tc.prod(axis=-1)
+    pipe = tc.nanmean(axis=-1)
     x = torch.rand(3, 4)
     with pytest.raises(UnsupportedError):
         pipe(x.clone().requires_grad_(True))
-    torch.testing.assert_close(pipe(x), torch.prod(x, -1))
+    torch.testing.assert_close(pipe(x), torch.nanmean(x, -1))
 

@@ -19,7 +19,8 @@ statistics from the input in the backward kernel.
 from __future__ import annotations
 
 from . import api
-from .autograd.backward import define, summed_to
+from .autograd.backward import define
+from .autograd.gather import summed_to
 from .pipeline import online
 from .scalar.trace import BUILTINS
 

@@ -34,9 +34,17 @@ class Parts:
         are none)."""
         return compose(self.before, 0, self.early)
 
+    @property
+    def width(self) -> int:
+        """The number of fields of the fold's result (an index scan's positions counted)."""
+        fold = self.fold
+        if isinstance(fold, Reduce) and fold.index:
+            return 1
+        return len(fold.op.outputs) + (1 if isinstance(fold, Scan) and fold.index else 0)
+
     def after_function(self) -> Function:
-        """The stages after the fold as one function of the fold's result, then the late inputs."""
-        return compose(self.after, 1, self.late)
+        """The stages after the fold as one function of the fold's result fields, then the late inputs."""
+        return compose(self.after, self.width, self.late)
 
 
 def parts(pipeline: PipelineIR) -> Parts:

@@ -466,22 +466,44 @@ _SMOOTH_BINARY_EVERYWHERE = {
     "pow": lambda a, b: BUILTINS["pow"](1.0 + a * a, BUILTINS["sin"](b)),
     "where": lambda a, b: BUILTINS["where"](b > 0, a * b, a - b),
 }
-DIFFERENTIABLE_FOLDS = (None, "sum", "mean", "max", "min", "logsumexp", "cumsum")
+DIFFERENTIABLE_FOLDS = (None, "sum", "mean", "max", "min", "logsumexp", "prod", "no-identity", "cumsum",
+                        "cumprod", "logcumsumexp", "cummax", "cummin", "recurrence", "user-scan")
+_FULL_FOLDS = ("max", "min", "cummax", "cummin")  # folds whose inputs must not broadcast (repeats would tie)
+_SCANS = {"cumsum": api.cumsum, "cumprod": api.cumprod,
+          "logcumsumexp": functools.partial(api.scan, BUILTINS["logaddexp"]),
+          "cummax": functools.partial(api.scan, BUILTINS["maximum"]),
+          "cummin": functools.partial(api.scan, BUILTINS["minimum"])}
+
+
+def _no_identity(a, b):
+    """``a + b + a * b``: associative and commutative (``(1 + a) (1 + b) - 1``), given no identity, so its
+    gradient takes the validity flag."""
+    return a + b + a * b
+
+
+def _recurrence(axis: int, reverse: bool) -> api.Pipeline:
+    """The linear recurrence on (value, decay) pairs made from one field: a tuple scan, then one field again."""
+    from ..library import LINEAR
+    return (api.map(lambda v: (v, BUILTINS["sigmoid"](v))) >> api.scan(LINEAR, axis=axis, reverse=reverse,
+                                                                       identity=(0.0, 1.0))
+            >> api.map(lambda h, decay: h + 0.5 * decay))
 
 
 @st.composite
 def differentiable_cases(draw, max_numel: int = 24) -> Case:
     """A pipeline whose gradient tricomb derives (maps and zip_withs of functions smooth everywhere, with at most
-    one sum, mean, max, min, logaddexp reduce or cumsum, and stages after it that may bring in inputs of its
-    result's shape), with float64 inputs of moderate values (in [-2, 2], none repeated, so a max has no tie)
-    and small sizes, for ``torch.autograd.gradcheck``. Inputs before a max or min have the full shape: a
-    broadcast input repeats its values along the reduced axes, which would tie."""
+    one fold of :data:`DIFFERENTIABLE_FOLDS`, every closed form and the general adjoint rule's operators: a
+    product, an operator without an identity, cumprod, logcumsumexp, cummax, cummin, the linear recurrence's
+    tuple scan; and stages after it that may bring in inputs of its result's shape), with float64 inputs of
+    moderate values (in [-2, 2], none repeated, so a max has no tie) and small sizes, for
+    ``torch.autograd.gradcheck``. Inputs before a max, min, cummax or cummin have the full shape: a broadcast
+    input repeats its values along the reduced axes, which would tie."""
     shape = _trim(draw(shapes(max_side=5)), max_numel)
     fold = draw(st.sampled_from(DIFFERENTIABLE_FOLDS))
     inputs = [_distinct(draw, shape)]
     stages = []
     for _ in range(draw(st.integers(0, 2))):
-        stages.append(_smooth_stage(draw, shape, inputs, full=fold in ("max", "min")))
+        stages.append(_smooth_stage(draw, shape, inputs, full=fold in _FULL_FOLDS))
     if fold is not None:
         stage, shape = _differentiable_fold(draw, fold, shape)
         stages.append(stage)
@@ -513,11 +535,21 @@ def _smooth_stage(draw, shape, inputs: list, full: bool) -> api.Pipeline:
 def _differentiable_fold(draw, name: str, shape):
     rank = len(shape)
     bound = max(rank, 1)
-    if name == "cumsum":
-        return api.cumsum(axis=draw(st.integers(-bound, bound - 1)), reverse=draw(st.booleans()),
-                          exclusive=draw(st.booleans())), shape
-    axis = draw(st.one_of(st.none(), st.integers(-bound, bound - 1)))
+    along = draw(st.integers(-bound, bound - 1))
+    if name in _SCANS:
+        # An exclusive logcumsumexp starts at its identity, -inf, where finite differences are NaN.
+        exclusive = draw(st.booleans()) if name in ("cumsum", "cumprod") else False
+        return _SCANS[name](axis=along, reverse=draw(st.booleans()), exclusive=exclusive), shape
+    if name == "recurrence":
+        return _recurrence(along, draw(st.booleans())), shape
+    if name == "user-scan":
+        return api.scan(_no_identity, axis=along, reverse=draw(st.booleans())), shape
+    axis = draw(st.one_of(st.none(), st.integers(-bound, bound - 1), st.lists(st.integers(0, bound - 1), min_size=1, max_size=bound, unique=True).map(tuple)))
     keepdim = draw(st.booleans())
-    stage = api.reduce(BUILTINS["logaddexp"], axis=axis, keepdim=keepdim) if name == "logsumexp" else \
-        getattr(api, name)(axis=axis, keepdim=keepdim)
+    if name == "logsumexp":
+        stage = api.reduce(BUILTINS["logaddexp"], axis=axis, keepdim=keepdim)
+    elif name == "no-identity":
+        stage = api.reduce(_no_identity, axis=axis, keepdim=keepdim)
+    else:
+        stage = getattr(api, name)(axis=axis, keepdim=keepdim)
     return stage, _reduced_shape(shape, axis, keepdim)
