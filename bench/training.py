@@ -104,12 +104,16 @@ def run_case(name: str, what: str, pipe, eager, make) -> dict:
     x = inputs[0]
     nbytes = _TENSORS.get(name, 5) * x.numel() * x.element_size()
     matches = _matches(torch.autograd.grad(pipe(*inputs), inputs, cotangent), eager, inputs, cotangent)
+    print(f"{name} matches: {matches}", file=sys.stderr, flush=True)
     contenders = {"tricomb": pipe, "torch eager": eager,
                   "torch.compile": _COMPILED[name]() if name in _COMPILED else torch.compile(eager)}
     peer = _liger().get(name)
     if peer is not None:
         contenders["Liger-Kernel"] = peer
-    timed = {who: _time(fn, inputs, cotangent) for who, fn in contenders.items()}
+    timed = {}
+    for who, fn in contenders.items():
+        timed[who] = _time(fn, inputs, cotangent)
+        print(f"{name} {who}: {timed[who]}", file=sys.stderr, flush=True)
     ms = {who: t for who, t in timed.items() if not isinstance(t, str)}
     return {"case": name, "what": what, "shape": list(x.shape), "dtype": str(x.dtype)[6:], "matches": matches,
             "ms": ms, "errors": {who: t for who, t in timed.items() if isinstance(t, str)},
