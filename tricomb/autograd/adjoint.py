@@ -277,7 +277,20 @@ def _gradients(p: Parts, grads: tuple[Expr, ...], early: Sequence[torch.Tensor],
     return [found[i] for i in early_wanted]
 
 
-class AdjointScan:
+class _Adjoint:
+    """What the two adjoint rules share: the operator must be differentiable, and a fold no cotangent reaches
+    gives its early inputs zeros."""
+
+    @staticmethod
+    def check(p: Parts) -> None:
+        differentiable(p.fold.op)
+
+    @staticmethod
+    def unreached(f: _Fold) -> list:
+        return [torch.zeros_like(f.early[i]) for i in f.wanted] + f.late_grads
+
+
+class AdjointScan(_Adjoint):
     """A scan by any operator but add (cumsum has its closed form): the exclusive scan recomputed, then one
     kernel of the Jacobians, the reverse scan of the affine maps and the pullback through the maps before."""
 
@@ -286,14 +299,10 @@ class AdjointScan:
         return isinstance(p.fold, Scan)
 
     @staticmethod
-    def check(p: Parts) -> None:
-        differentiable(p.fold.op)
-
-    @staticmethod
     def backward(p: Parts, inputs: tuple, result: tuple, grads, wanted: tuple[int, ...], run: Run):
         f = _Fold(p, inputs, result, grads, wanted, run)
         if not f.given:
-            return [torch.zeros_like(f.early[i]) for i in f.wanted] + f.late_grads
+            return _Adjoint.unreached(f)
         fold, early, cots = p.fold, f.early, f.cots
         if f.folded[0].dim() == 0:  # a 0-d stream scans as one element
             early, cots = [t.reshape(1) for t in early], [None if g is None else g.reshape(1) for g in cots]
@@ -327,7 +336,7 @@ def _lam(a: int, g: dict, mu: dict, exclusive: bool) -> Expr | None:
     return _sum(terms) if terms else None
 
 
-class AdjointReduce:
+class AdjointReduce(_Adjoint):
     """A reduce by any operator without a closed form (prod, a user's, tuples): the exclusive prefix, then one
     kernel of the exclusive suffix and the pullback of ``prefix . x . suffix`` in each element."""
 
@@ -336,14 +345,10 @@ class AdjointReduce:
         return isinstance(p.fold, Reduce) and not (p.fold.index or p.fold.skip_nan or p.fold.mean)
 
     @staticmethod
-    def check(p: Parts) -> None:
-        differentiable(p.fold.op)
-
-    @staticmethod
     def backward(p: Parts, inputs: tuple, result: tuple, grads, wanted: tuple[int, ...], run: Run):
         f = _Fold(p, inputs, result, grads, wanted, run)
         if not f.given:
-            return [torch.zeros_like(f.early[i]) for i in f.wanted] + f.late_grads
+            return _Adjoint.unreached(f)
         fold, early = p.fold, f.early
         shape = torch.broadcast_shapes(*(t.shape for t in early))
         flat, cots, axis, back = _as_rows(early, f.cots, fold, shape)
