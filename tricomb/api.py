@@ -7,7 +7,7 @@ import numbers
 
 import torch
 
-from .errors import (ArgumentError, AxisError, DTypeError, UnsupportedError, caller_location,
+from .errors import (ArgumentError, AxisError, DTypeError, TricombError, UnsupportedError, caller_location,
                      too_deeply_nested)
 from .codegen.strategies import describe, strategy_for
 from .lower.fuse import KernelPlan
@@ -447,6 +447,11 @@ def _check_vjp_rule(rule, name: str, arity: int, where) -> None:
         shares = rule(*(Traced(Arg(i)) for i in range(arity + 2)))
     except TypeError as exc:
         raise ArgumentError(f"tc.vjp({name})'s rule must take {wants}: {exc}", where) from None
+    except TricombError:
+        raise
+    except Exception as exc:  # the rule's own failure, on values that only stand for the operands
+        raise ArgumentError(f"tc.vjp({name})'s rule raised {type(exc).__name__}: {exc} when traced on its "
+                            f"{wants}; write it over tc's builtins, as a map's function", where) from None
     shares = shares if isinstance(shares, tuple) else (shares,)
     if len(shares) != arity or not builtins.all(s is None or isinstance(s, (Traced, numbers.Real)) for s in shares):
         raise ArgumentError(f"tc.vjp({name})'s rule must return one share per operand ({arity}: a value of tc's "

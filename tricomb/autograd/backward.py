@@ -201,7 +201,8 @@ def check(pipeline: PipelineIR) -> Parts | None:
     p = parts(pipeline)
     for stage in p.after:
         if not isinstance(stage, (Map, ZipWith)):
-            _refuse(stage, "a second reduce or scan has no derived gradient yet")
+            _refuse(stage, "a second reduce or scan has no derived gradient yet (split the pipeline before it: two "
+                           "pipelines, one fold each, differentiate)")
     rule(p).check(p)
     return p
 
