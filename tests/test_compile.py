@@ -178,6 +178,76 @@ def test_a_small_training_loop_under_compile(device):
     torch.testing.assert_close(compiled_params, eager_params)
 
 
+# ---- on CUDA: triton_ops, the kernels launched by Inductor's own code ----------------------------------------------
+
+_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="triton_op's kernels run on CUDA tensors only")
+
+# each plan kind at sizes that cross its schedule's choices (a split reduce, a look-back scan, shared rows where
+# eager would share them, the reduce over the rows): one graph over symbolic sizes (the opaque operator's: see
+# tricomb.runtime.operator._recordable) serves them all, with eager's values
+_SIZED = {
+    "map": (tc.map(tc.softplus), [(3, 5), (1000, 999), (64, 4096)]),
+    "sum-rows": (tc.map(tc.square) >> tc.sum(axis=-1), [(7, 100000), (3, 5), (4096, 33)]),
+    "sum-all": (tc.sum(), [(2, 1 << 20), (3, 5), (9, 17)]),
+    "cumsum-rows": (tc.cumsum(axis=-1), [(2, 1 << 20), (3, 5), (300, 70)]),
+    "softmax": (tc.library.softmax(axis=-1), [(2, 1 << 18), (3, 5), (5000, 300)]),
+    "log-softmax-sum": (tc.library.log_softmax(axis=-1) >> tc.sum(axis=-1) >> tc.sum(), [(4, 70000), (3, 5),
+                                                                                      (3000, 40)]),
+}
+
+
+@_CUDA
+@pytest.mark.parametrize("name", sorted(_SIZED))
+def test_cuda_graphs_serve_every_size_without_recompiling(name):
+    pipe, shapes = _SIZED[name]
+    compiled, counter = _compiled(pipe, dynamic=True)
+    for shape in shapes:
+        x = torch.randn(shape, device="cuda")
+        torch.testing.assert_close(compiled(x), pipe(x), rtol=1e-4, atol=1e-4)
+    assert counter.frame_count == 1
+
+
+@_CUDA
+def test_cuda_graphs_launch_the_kernels_in_inductors_code():
+    """Inductor sees each kernel: its output code launches the pipeline's kernels, forward and backward, and calls
+    no tricomb operator."""
+    from torch._inductor.utils import run_and_get_code
+    pipe = tc.zip_with(lambda a, b: tc.silu(a) * b) >> tc.sum(axis=-1)
+    x = torch.randn(64, 200, device="cuda", requires_grad=True)
+    y = torch.randn(200, device="cuda", requires_grad=True)
+    compiled = torch.compile(lambda x, y: pipe(x, y).sum(), fullgraph=True)
+    result, codes = run_and_get_code(lambda: compiled(x, y).backward())
+    code = "\n".join(codes)
+    assert "tricomb.pipeline" not in code and "@triton.jit" in code
+    x2, y2 = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+    pipe(x2, y2).sum().backward()
+    torch.testing.assert_close((x.grad, y.grad), (x2.grad, y2.grad))
+
+
+@_CUDA
+def test_a_cuda_scan_under_compile_runs_through_the_opaque_operator():
+    """A scan's launch is not recorded (its look-back fails Inductor's passes): the graph calls the operator."""
+    from torch._inductor.utils import run_and_get_code
+    pipe = tc.cumsum(axis=-1)
+    x = torch.randn(2, 1 << 20, device="cuda")
+    compiled = torch.compile(lambda t: pipe(t) * 2, fullgraph=True)
+    got, codes = run_and_get_code(compiled, x)
+    assert "tricomb.pipeline" in "\n".join(codes)
+    torch.testing.assert_close(got, pipe(x) * 2)
+
+
+@_CUDA
+def test_opcheck_cuda():
+    pipe = tc.zip_with(lambda a, b: a * tc.sin(b)) >> tc.sum(axis=-1)
+    x, y = _inputs([(4, 6), (6,)], "cuda", grad=True)
+    operator._register_cuda()  # (done by the first traced call)
+    torch.library.opcheck(torch.ops.tricomb.pipeline_cuda.default, (operator.op_key(pipe), [x, y]))
+    result = [pipe(x.detach(), y.detach())]
+    grads = [torch.randn(4, dtype=torch.float64, device="cuda")]
+    torch.library.opcheck(torch.ops.tricomb.pipeline_backward_cuda.default,
+                          (operator.op_key(pipe), [0, 1], [x.detach(), y.detach()], result, grads))
+
+
 def test_opcheck_backward():
     pipe = tc.zip_with(lambda a, b: a * tc.sin(b)) >> tc.sum(axis=-1)
     x, y = _inputs([(4, 6), (6,)], "cpu")

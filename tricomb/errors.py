@@ -114,12 +114,14 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def caller_location() -> Location | None:
-    """The innermost stack frame outside tricomb: where the user called into the public API."""
+    """The innermost stack frame outside tricomb: where the user called into the public API (outside torch too,
+    where torch calls the pipeline for the user: ``torch.vmap(pipe)(x)``; and outside lark, through which text
+    builds)."""
     frame = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
-        module = frame.f_globals.get("__name__", "")
-        if not path.startswith(_PACKAGE_DIR + os.sep) and module.split(".")[0] != "lark":  # (text builds through lark)
+        package = frame.f_globals.get("__name__", "").split(".")[0]
+        if not path.startswith(_PACKAGE_DIR + os.sep) and package not in ("lark", "torch"):
             return Location(frame.f_code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return None

@@ -281,6 +281,8 @@ class _Adjoint:
     """What the two adjoint rules share: the operator must be differentiable, and a fold no cotangent reaches
     gives its early inputs zeros."""
 
+    scans = True  # its backward kernels scan (the prefixes; the affine maps)
+
     @staticmethod
     def check(p: Parts) -> None:
         differentiable(p.fold.op)

@@ -58,6 +58,8 @@ class NoGradient:
     """A reduce whose result carries no gradient (argmax and argmin's positions, any and all's bools): torch
     gives such results no grad_fn, and autograd never asks for their backward."""
 
+    scans = False  # whether its backward kernels scan (a traced CUDA backward records none that do)
+
     @staticmethod
     def applies(p: Parts) -> bool:
         spec = operator_spec(p.fold.op) if isinstance(p.fold, Reduce) else None
@@ -75,6 +77,8 @@ class NoGradient:
 
 class Elementwise:
     """Maps and zip_withs: one kernel (one per broadcast input) of the composed function's pullback."""
+
+    scans = False
 
     @staticmethod
     def applies(p: Parts) -> bool:
@@ -94,6 +98,8 @@ class Elementwise:
 class ReduceRule:
     """A reduce by sum, mean, max, min (torch's amax rule: ties share the cotangent evenly) or logaddexp
     (torch's logsumexp rule: each element's share is ``exp(s - r)``), between maps."""
+
+    scans = False
 
     SPREAD = ("add", "maximum", "minimum", "logaddexp")
 
@@ -143,6 +149,8 @@ class ReduceRule:
 class ScanRule:
     """A cumsum (forward or reverse, inclusive or exclusive) between maps: the cotangent's cumsum the other way
     round (``exclusive`` kept), then the stages before pulled back."""
+
+    scans = True
 
     @staticmethod
     def applies(p: Parts) -> bool:

@@ -21,11 +21,23 @@ _TUNERS = {}
 TUNING = {"done": 0, "total": 0, "reporters": []}  # reporters(configs timed, configs): tricomb's progress bar
 
 
-def _tuning(interpret, numel, overrides):
+def _tuning(interpret, numel, overrides, traced=False):
     """Whether Triton's autotuner picks this launch's tile and warps: on the GPU, for 2**22 elements or more
     (where a kernel's time is worth seconds of tuning, once per size: the choice is cached on disk), unless
-    ``TRICOMB_AUTOTUNE=0`` or ``overrides`` fix the schedule."""
-    return not interpret and not overrides and numel >= 1 << 22 and os.environ.get("TRICOMB_AUTOTUNE", "1") != "0"
+    ``TRICOMB_AUTOTUNE=0`` or ``overrides`` fix the schedule, or the launch is ``traced`` (recorded into a graph,
+    which launches it as the heuristic chose)."""
+    return (not interpret and not traced and not overrides and numel >= 1 << 22
+            and os.environ.get("TRICOMB_AUTOTUNE", "1") != "0")
+
+
+def _traced(t):
+    """Whether ``t`` is a tracer's tensor (fake, or functional over fake: torch.compile tracing the registered
+    operator), so that the launch is recorded by ``torch.library.wrap_triton`` rather than run. (No tracer has
+    run where torch's fake tensors were never imported: importing them would add torch._dynamo's import time to
+    a new process's first call.)"""
+    import sys
+    fake = sys.modules.get("torch._subclasses.fake_tensor")
+    return fake is not None and fake.is_fake(t)
 
 
 def _start_tuning(configs, named_args, **kwargs):
@@ -57,9 +69,12 @@ def _tuner(kernel, space, key, look_back):
     return _TUNERS[name]
 
 
-def _tickets(device, count):
+def _tickets(device, count, traced=False):
     """At least ``count`` last-program tickets, zero when first made and kept per device (the last program of
-    each row tile resets its own). Made by a fill kernel, which a CUDA graph capture may record."""
+    each row tile resets its own). Made by a fill kernel, which a CUDA graph capture may record. A ``traced``
+    launch gets new zeroed ones: a graph may hold no tensor made outside it."""
+    if traced:
+        return torch.zeros(count, dtype=torch.int32, device=device)
     have = _TICKETS.get(device)
     if have is None or have.numel() < count:
         have = torch.zeros(max(count, 64), dtype=torch.int32, device=device)
@@ -79,17 +94,20 @@ class _StatusWords:
       count starts again at 1;
     * and by Triton's autotuner before each launch it times (``reset_to_zero``).
 
+    A traced launch's words are new each time the graph runs (``fresh``): it passes ``CAPTURED`` too.
     ``words`` is None for a scan without the look-back: its kernel ignores the value, 0. Launches on one stream
     may come from several host threads (a lock orders their counts); launches that overlap in time (several
     streams) would read each other's words, which the README rules out."""
     CAPTURED, LAST = 2, 2**29
 
-    def __init__(self, words):
-        self.words, self.launches, self.lock = words, 0, threading.Lock()
+    def __init__(self, words, fresh=False):
+        self.words, self.fresh, self.launches, self.lock = words, fresh, 0, threading.Lock()
 
     def next_ready(self) -> int:
         if self.words is None:
             return 0
+        if self.fresh:
+            return self.CAPTURED
         if self.words.is_cuda and torch.cuda.is_current_stream_capturing():
             self.words.zero_()
             return self.CAPTURED
@@ -101,10 +119,12 @@ class _StatusWords:
             return 2 * self.launches + 2
 
 
-def _status_words(device, count):
+def _status_words(device, count, traced=False):
     """At least ``count`` status words for this module's look-back launches on ``device``. A larger need makes
     new zeroed words; the old ones stay allocated (launches prepared before, or a captured graph, still use
-    them)."""
+    them). A ``traced`` launch gets new zeroed words of its own (the graph allocates and fills them each run)."""
+    if traced:
+        return _StatusWords(torch.zeros(count, dtype=torch.int64, device=device), fresh=True)
     made = _STATUS_WORDS.setdefault(device, [])
     if not made or made[-1].words.numel() < count:
         made.append(_StatusWords(torch.zeros(max(count, 64), dtype=torch.int64, device=device)))
@@ -133,11 +153,12 @@ class _Launcher:
     compiled kernel before its first call (tricomb's runtime keeps them across processes). A scan's kernel
     takes one more argument after the slots: its look-back's status value, from ``status``. A kernel that
     counts with tickets passes ``reset``, called with the device when a launch is cut off part-way (an error,
-    Ctrl-C), which leaves the counters mid-count."""
+    Ctrl-C), which leaves the counters mid-count. A ``traced`` launch (:func:`_traced`) is recorded into the
+    tracer's graph by ``torch.library.wrap_triton``, where Inductor compiles and launches the kernel itself."""
 
-    def __init__(self, fn, grid, rest, meta, device, status=None, reset=None):
+    def __init__(self, fn, grid, rest, meta, device, status=None, reset=None, traced=False):
         self.fn, self.grid, self.rest, self.meta, self.device = fn, grid, rest, meta, device
-        self.status, self.reset = status, reset
+        self.status, self.reset, self.traced = status, reset, traced
         self.compiled = self.chosen = None
 
     def __call__(self, *slots):
@@ -151,6 +172,10 @@ class _Launcher:
     def _launch(self, slots):
         if self.status is not None:
             slots = slots + (self.status.next_ready(),)
+        if self.traced:
+            from torch.library import wrap_triton
+            wrap_triton(self.fn)[self.grid](*slots, *self.rest, **self.meta)
+            return
         compiled = self.compiled
         if compiled is not None and _no_hooks() and torch.cuda.current_device() == self.device.index:
             stream = triton.runtime.driver.active.get_current_stream(self.device.index)

@@ -136,6 +136,7 @@ def _emit_prepare(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: st
             w.line(f"return lambda {', '.join(ins)}, out=None: new_outputs() if out is None else out")
         w.line(f"wide = _needs_int64(shape, [{', '.join(f'st_{s.name}' for s in p.slots)}])")
         w.line("interpret = not in0.is_cuda")
+        w.line("traced = _traced(in0)", comment="recorded into a graph (torch.compile), not run")
         with w.block(f"if interpret and not isinstance({kernel}, InterpretedFunction):"):
             w.line('raise RuntimeError("launch: CPU tensors run through Triton\'s interpreter, which was off when this "')
             w.line('                   "module was imported; set TRITON_INTERPRET=1 before importing triton, or pass "')
@@ -184,7 +185,7 @@ def emit_look_back_scratch(w: Writer, p: KernelPlan, scan: TileScan, fused: Tile
         w.comment("one tile per program; per tile its status words and the values they announce (decoupled look-back)")
         w.line("tiles = triton.cdiv(M, cfg['BLOCK_M']) * cfg['BLOCK_M'] * triton.cdiv(K, min(c['BLOCK_K'] for c in space))")
         words = "2 * tiles" if packing(scan) == SIXTEEN_BYTES else "tiles"
-        w.line(f"status = _status_words(in0.device, {words})", comment="and the status each launch publishes")
+        w.line(f"status = _status_words(in0.device, {words}, traced)", comment="and the status each launch publishes")
         w.line(f"{FLAGS} = status.words")
         if packing(scan) != FENCED:
             w.line(f"{' = '.join(announced)} = {FLAGS}", comment="unused: the values travel in their status word")
@@ -194,7 +195,7 @@ def emit_look_back_scratch(w: Writer, p: KernelPlan, scan: TileScan, fused: Tile
         if fused is not None:
             for name, dtype in zip(fused_partials, fused.acc_dtypes):
                 w.line(f"{name} = torch.empty(tiles, dtype={held_dtype(dtype)}, device=in0.device)")
-            w.line(f"{TICKETS} = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']))")
+            w.line(f"{TICKETS} = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']), traced)")
     with w.block("else:"):
         w.line("status = _StatusWords(None)", comment="the kernel ignores its status value")
         unused = [FLAGS] + announced + fused_partials + ([TICKETS] if fused is not None else [])
@@ -207,7 +208,7 @@ def emit_rows_scratch(w: Writer, p: KernelPlan) -> None:
     w.line("programs = max(1, triton.cdiv(M, cfg['BLOCK_M']))")
     for buffer, dtype in zip(partials(p.over_rows), p.over_rows.acc_dtypes):
         w.line(f"{buffer} = torch.empty(programs, dtype={held_dtype(dtype)}, device=in0.device)")
-    w.line(f"{TICKETS} = _tickets(in0.device, 1)")
+    w.line(f"{TICKETS} = _tickets(in0.device, 1, traced)")
 
 
 def emit_shared_scratch(w: Writer, p: KernelPlan, folds: list[TileReduce]) -> None:
@@ -216,11 +217,12 @@ def emit_shared_scratch(w: Writer, p: KernelPlan, folds: list[TileReduce]) -> No
     publishes; none when rows are not shared. Triton's interpreter runs programs one after another, so a program
     there could never see a later one's partial: rows are never shared on it. Shared launches are not tuned: the
     autotuner's timed launches all pass one status value, so the launch after them would find every word set."""
-    w.line("split = 1 if interpret else cfg['SPLIT']")
+    w.line("split = 1 if interpret or traced else cfg['SPLIT']",
+           comment="(a recorded launch does not wait on others: bench/NOTES.md, triton_op)")
     with w.block("if split > 1:"):
         w.line("tune, space = False, [cfg]", comment="the autotuner's timed launches would leave the words set")
         w.line("tiles = triton.cdiv(M, cfg['BLOCK_M'])")
-        w.line(f"status = _status_words(in0.device, tiles * {len(folds)} * split)",
+        w.line(f"status = _status_words(in0.device, tiles * {len(folds)} * split, traced)",
                comment="and the status each launch publishes")
         w.line(f"{FLAGS} = status.words")
         for n, fold in enumerate(folds):
@@ -241,7 +243,7 @@ def emit_ticket_scratch(w: Writer, p: KernelPlan, fold: TileReduce) -> None:
         w.comment("split rows: partials per (row, split); tickets pick the program that finishes each row tile")
         for buffer, dtype in zip(partials(fold), fold.acc_dtypes):
             w.line(f"{buffer} = torch.empty(M * split, dtype={held_dtype(dtype)}, device=in0.device)")
-        w.line(f"{TICKETS} = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']))")
+        w.line(f"{TICKETS} = _tickets(in0.device, triton.cdiv(M, cfg['BLOCK_M']), traced)")
     with w.block("else:"):
         w.line(f"{' = '.join(partials(fold))} = {TICKETS} = {p.outputs[0].name}", comment="unused without TICKET")
 
@@ -251,7 +253,7 @@ def _emit_schedule(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: s
     with every argument but the slots' tensors fixed."""
     tuned = strategy.tuned
     w.line(f"cfg = {strategy.schedule_call(inner_contiguous(p))}")
-    w.line("tune = _tuning(interpret, M * K, overrides)")
+    w.line("tune = _tuning(interpret, M * K, overrides, traced)")
     w.line("cfg.update(overrides)")
     w.line(f"space = tuning_space(cfg, {tuned!r}) if tune else [cfg]")
     strategy.emit_scratch(w)
@@ -267,4 +269,4 @@ def _emit_schedule(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: s
             w.line("meta['maxnreg'] = cfg['maxnreg']", comment="a cap on registers per thread (a compile option)")
     reset = ", _reset_tickets" if any(isinstance(s, (Ticket, RowsReduce)) for s in p.segments) else ""  # (tickets)
     w.line(f"start = _Launcher(_tuner({kernel}, space, {list(strategy.key)!r}, {strategy.tuner_resets}) if tune else "
-           f"{kernel}, grid, rest, meta, device, status{reset})", comment="tuned: Triton's autotuner, its choice cached on disk")
+           f"{kernel}, grid, rest, meta, device, status{reset}, traced=traced)", comment="tuned: Triton's autotuner, its choice cached on disk")

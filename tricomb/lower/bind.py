@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from ..errors import (AliasError, ArgumentError, ArityError, AxisError, DeviceError, DTypeError, ShapeError, TricombError,
                       UnsupportedError, caller_location)
@@ -137,7 +138,7 @@ def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
         if not isinstance(t, torch.Tensor):
             raise DTypeError(f"input {i} is a {type(t).__name__}, not a torch.Tensor; wrap it with "
                              "torch.as_tensor(...)")
-        unreadable = unreadable_kind(t)
+        unreadable = None if is_fake(t) else unreadable_kind(t)  # (a tracer's: the launch is recorded, not run)
         if unreadable is not None:
             raise DTypeError(f"input {i} is {unreadable[0]}; pass a plain dense tensor ({unreadable[1]})")
         if t.is_neg() or t.is_conj():
@@ -173,8 +174,9 @@ def unreadable_kind(t: torch.Tensor) -> tuple[str, str] | None:
         return (f"a {type(t).__name__}, a tensor subclass with its own __torch_dispatch__ and no memory tricomb can "
                 "read", "the real tensor it stands for")
     if (functorch is not None and functorch(t)) or (functional is not None and functional(t)):
-        return ("a tensor inside a torch.func transform (vmap, grad, functionalize), which a kernel cannot see into",
-                "call the pipeline outside the transform")
+        return ("a tensor inside a torch.func transform (grad, vjp, jvp, vmap, functionalize), which a kernel cannot "
+                "see into", "call the pipeline outside the transform: torch.autograd.grad or .backward() for "
+                "gradients, an extra dimension for a batch")
     return None
 
 

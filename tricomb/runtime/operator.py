@@ -7,12 +7,19 @@ symbolic), so ``torch.compile`` traces a call as one node with no graph break an
 change; its autograd formula runs backward pipelines derived from the IR (:mod:`tricomb.autograd`): directly in
 an eager backward, and inside a second operator, ``tricomb::pipeline_backward``, in a traced one.
 
+On CUDA tensors torch.compile records ``tricomb::pipeline_cuda`` (and ``tricomb::pipeline_backward_cuda``)
+instead: the same operators as ``torch.library.triton_op``, which Inductor traces through, so that its own code
+launches the pipeline's kernels (``torch.library.wrap_triton``) with no opaque call, where the sizes are static
+and no kernel scans; elsewhere their bodies call the opaque operator (:func:`_recordable` says why). The opaque
+operator serves CPU tensors too, which Triton's interpreter runs and Inductor cannot.
+
 The eager call does not go through the operator: :meth:`tricomb.api.Pipeline.__call__` launches directly, and
 takes this path only under ``torch.compile`` (or another tracer: fake or functional tensors), or when an input
 requires grad in grad mode.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import weakref
 from typing import Optional
@@ -21,9 +28,10 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from ..autograd import backward as autograd
+from ..lower.bind import unreadable_kind
 from ..errors import DTypeError, ShapeError, UnsupportedError, caller_location
 from ..pipeline.evaluate import evaluate_fields
-from ..pipeline.ir import PipelineIR
+from ..pipeline.ir import PipelineIR, Scan
 from ..pipeline.key import ir_key
 from ..pipeline.verify import verify
 from ..serial import SERIAL
@@ -32,6 +40,9 @@ from .lru import LRU
 
 _NAME = "tricomb::pipeline"
 _BACKWARD = "tricomb::pipeline_backward"
+# the same operators as triton_ops, for CUDA tensors under torch.compile (the opaque ones serve the interpreter)
+_CUDA = "tricomb::pipeline_cuda"
+_BACKWARD_CUDA = "tricomb::pipeline_backward_cuda"
 
 
 class _Entry:
@@ -107,11 +118,35 @@ def _entry(key: str) -> _Entry:
     return entry
 
 
-@torch.library.custom_op(_NAME, mutates_args=())
-def _pipeline(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+def _run(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     entry = _entry(key)
     result = launch.run(entry.ir, entry.cache, tuple(inputs), None)
     return list(result) if isinstance(result, tuple) else [result]
+
+
+@torch.library.custom_op(_NAME, mutates_args=())
+def _pipeline(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return _run(key, inputs)
+
+
+def _recordable(tensors: list, scans: bool) -> bool:
+    """Whether a trace records a kernel's launch through ``wrap_triton`` (else the opaque operator runs it): the
+    sizes are static and no kernel scans. Measured on the H200 (bench/NOTES.md, "triton_op"): over symbolic
+    sizes, which reach Triton unspecialized, a graph ran softmax 32768 x 8192 in 1391 us against 522 us with static
+    ones (the opaque operator specializes each launch as eager calls do, 524 us); a look-back scan's recorded
+    launch failed Inductor's analysis of what it mutates, then its post-grad pass."""
+    return not scans and not any(isinstance(n, torch.SymInt) for t in tensors if t is not None
+                                 for n in (*t.shape, *t.stride()))
+
+
+def _pipeline_cuda(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The pipeline on CUDA tensors, as torch.compile records it: traced through, its kernel's launch recorded by
+    ``torch.library.wrap_triton`` (``tricomb.codegen.host._Launcher``), so Inductor compiles and launches the
+    kernel in its own code, allocating the results with the graph's other buffers; where that is not what works
+    (:func:`_recordable`), the opaque operator, a node of the graph."""
+    if not _recordable(inputs, any(isinstance(s, Scan) for s in _entry(key).ir.stages)):
+        return torch.ops.tricomb.pipeline(key, inputs)
+    return _run(key, inputs)
 
 
 @_pipeline.register_fake
@@ -144,7 +179,9 @@ def _backward(ctx, grads):
     inputs, result = list(saved[:ctx.count]), list(saved[ctx.count:])
     grads = list(grads)
     if launch.traced(inputs + [g for g in grads if g is not None]):
-        computed = torch.ops.tricomb.pipeline_backward(ctx.key, ctx.wanted, inputs, result, grads)
+        op = torch.ops.tricomb.pipeline_backward_cuda if inputs[0].is_cuda and _cuda_registered() else \
+            torch.ops.tricomb.pipeline_backward
+        computed = op(ctx.key, ctx.wanted, inputs, result, grads)
     else:
         computed = autograd.backward(ctx.entry.ir, inputs, result, grads, tuple(ctx.wanted), run_fields)
     per_input: list = [None] * ctx.count
@@ -156,6 +193,13 @@ def _backward(ctx, grads):
 _pipeline.register_autograd(_backward, setup_context=_setup)
 
 
+def _gradients(key: str, wanted: list[int], inputs: list[torch.Tensor], result: list[torch.Tensor],
+               grads: list[Optional[torch.Tensor]]) -> list[torch.Tensor]:
+    computed = autograd.backward(_entry(key).ir, inputs, result, grads, tuple(wanted), run_fields)
+    return [_fresh(g, inputs[i], inputs + result + [g for g in grads if g is not None])
+            for g, i in zip(computed, wanted)]
+
+
 @torch.library.custom_op(_BACKWARD, mutates_args=())
 def _pipeline_backward(key: str, wanted: list[int], inputs: list[torch.Tensor], result: list[torch.Tensor],
                        grads: list[Optional[torch.Tensor]]) -> list[torch.Tensor]:
@@ -163,9 +207,33 @@ def _pipeline_backward(key: str, wanted: list[int], inputs: list[torch.Tensor], 
     traced backward calls, so that a graph names only the forward pipeline (a graph read back from torch's
     cache in another process finds it there, since tracing the caller entered it), and derives the backward
     pipelines where it runs."""
-    computed = autograd.backward(_entry(key).ir, inputs, result, grads, tuple(wanted), run_fields)
-    return [_fresh(g, inputs[i], inputs + result + [g for g in grads if g is not None])
-            for g, i in zip(computed, wanted)]
+    return _gradients(key, wanted, inputs, result, grads)
+
+
+def _pipeline_backward_cuda(key: str, wanted: list[int], inputs: list[torch.Tensor], result: list[torch.Tensor],
+                            grads: list[Optional[torch.Tensor]]) -> list[torch.Tensor]:
+    """:func:`_pipeline_backward` on CUDA tensors, traced through as :func:`_pipeline_cuda` is (the opaque operator
+    where a backward kernel scans: a scan's, and the adjoint rule's)."""
+    parts = autograd.check(_entry(key).ir)  # (None: the pipeline's own backward, attach kernels)
+    if not _recordable(inputs + result + grads, parts is not None and autograd.rule(parts).scans):
+        return torch.ops.tricomb.pipeline_backward(key, wanted, inputs, result, grads)
+    return _gradients(key, wanted, inputs, result, grads)
+
+
+@functools.cache
+def _register_cuda() -> None:
+    """The CUDA operators, as triton_ops, registered on first use: defining one reads its function's source with
+    torch._inductor's helpers, whose import (torch._dynamo's: about a second) a process that never traces should
+    not pay."""
+    torch.library.triton_op(_CUDA, _pipeline_cuda, mutates_args=()).register_autograd(_backward, setup_context=_setup)
+    torch.library.triton_op(_BACKWARD_CUDA, _pipeline_backward_cuda, mutates_args=())
+
+
+@_constant_to_dynamo
+def _cuda_registered() -> bool:
+    """True, once the CUDA operators are registered: torch.compile calls it while tracing, not tracing into it."""
+    _register_cuda()
+    return True
 
 
 @_pipeline_backward.register_fake
@@ -178,7 +246,10 @@ def _fresh(g: torch.Tensor, like: torch.Tensor, arguments: list) -> torch.Tensor
     arguments, and a sum's gradient is its cotangent expanded), laid out as ``torch.empty_like(like)``, which
     the fake implementation promises."""
     expected = torch.empty_like(like)
-    shares = any(g.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in arguments)
+    if launch.traced([g]):  # (a tracer's tensors have no addresses: torch's own test of aliasing)
+        shares = any(torch._C._is_alias_of(g, a) for a in arguments)
+    else:
+        shares = any(g.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in arguments)
     if not shares and g.stride() == expected.stride():
         return g
     return expected.copy_(g)
@@ -234,6 +305,11 @@ def call(key, inputs: tuple, out=None):
     """The pipeline named by ``key()`` (a :func:`key_function`) on ``inputs`` through the operator, eagerly
     (inputs that need a graph): a tensor, or a tuple for a tuple result. With grad wanted, a pipeline whose
     gradient is not derived, or an ``out``, is refused here, before anything runs."""
+    for i, t in enumerate(inputs):  # (before torch's autograd sees them: a torch.func transform's, a wrapper)
+        unreadable = None if is_fake(t) else unreadable_kind(t)
+        if unreadable is not None:
+            raise DTypeError(f"input {i} is {unreadable[0]}; pass a plain dense tensor ({unreadable[1]})",
+                             caller_location())
     name = key()
     if launch.records_grad(inputs):
         if out is not None:
@@ -247,7 +323,10 @@ def traced_call(key, inputs: tuple, out=None):
     :func:`key_function`). ``out`` gets the result copied in, after its shape and dtype are checked."""
     if out is not None:  # (torch._check: a raise of tricomb's own error is not traceable)
         torch._check(not launch.records_grad(inputs), lambda: _NO_OUT_WITH_GRAD)
-    return _result(torch.ops.tricomb.pipeline(key(), list(inputs)), out)
+    name = key()
+    op = torch.ops.tricomb.pipeline_cuda if inputs and inputs[0].is_cuda and _cuda_registered() else \
+        torch.ops.tricomb.pipeline
+    return _result(op(name, list(inputs)), out)
 
 
 def _result(fields, out):
