@@ -379,6 +379,20 @@ def test_explain_and_source_show_the_backward_kernels(name):
             ast.parse(module.split("\n", 1)[1])
 
 
+def test_explain_says_why_a_pipeline_has_no_backward():
+    """The forward's plan all the same, and the reason a call with grad would raise, word for word."""
+    pipe = tc.map(tc.sin) >> tc.cumsum(axis=-1) >> tc.sum(axis=-1)
+    x = torch.randn(4, 6, requires_grad=True)
+    plan = pipe.explain(x)
+    assert plan.num_kernels == 1 and plan.backward == () and "second reduce or scan" in plan.backward_refused
+    assert f"backward: none (a call with grad raises UnsupportedError: {plan.backward_refused})" in str(plan)
+    with pytest.raises(UnsupportedError) as info:
+        pipe(x)
+    assert info.value.message == plan.backward_refused
+    fine = (tc.map(tc.sin) >> tc.sum(axis=-1)).explain(x)
+    assert fine.backward_refused is None and "zip_with" in repr(fine.backward[0])
+
+
 def test_gradients_have_their_inputs_dtypes_and_shapes(device):
     x = torch.randn(4, 6, device=device, dtype=torch.float16, requires_grad=True)
     w = torch.randn(6, device=device, dtype=torch.float32, requires_grad=True)

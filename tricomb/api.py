@@ -25,14 +25,17 @@ from .scalar.trace import BUILTINS, Traced, is_jit_function, to_function
 class Plan:
     """What ``pipe.explain(x)`` returns: ``str(plan)`` is readable; ``plan.num_kernels`` counts kernels.
     ``plan.passes`` holds ``(pass name, text of the IR after it)`` for each compiler pass, when asked for
-    (``explain(x, passes=True)``), else is empty."""
+    (``explain(x, passes=True)``), else is empty. When an input explained requires grad, ``plan.backward`` holds
+    a Plan for each kernel a backward runs, or, for a pipeline whose gradient is not derived, is empty and
+    ``plan.backward_refused`` says why (the message a call with grad would raise)."""
 
     def __init__(self, kernel_plan: KernelPlan, passes: tuple[tuple[str, str], ...] = (), chosen: tuple[str, ...] = (),
-                 backward: tuple[KernelPlan, ...] = ()):
+                 backward: tuple["Plan", ...] = (), backward_refused: str | None = None):
         self.kernel_plan = kernel_plan
         self.passes = passes
         self.chosen = chosen  # what the launch chooses for the inputs explained (lines), where it chooses a plan
-        self.backward = backward  # the backward kernels' plans, when an input explained requires grad
+        self.backward = backward
+        self.backward_refused = backward_refused
 
     @property
     def num_kernels(self) -> int:
@@ -53,8 +56,10 @@ class Plan:
             if self.backward:
                 lines.append(f"backward: {len(self.backward)} kernel(s)")
                 for k, plan in enumerate(self.backward, 1):
-                    lines += [f"  backward kernel {k}: {pipeline_text(plan.written)}",
-                              *("    " + line for line in describe(plan).splitlines())]
+                    lines += [f"  backward kernel {k}: {pipeline_text(plan.kernel_plan.written)}",
+                              *("    " + line for line in describe(plan.kernel_plan).splitlines())]
+            if self.backward_refused is not None:
+                lines.append(f"backward: none (a call with grad raises UnsupportedError: {self.backward_refused})")
             return "\n".join(lines)
         return "\n\n".join(f"=== after {name} ===\n{text}" for name, text in self.passes)
 
@@ -143,9 +148,13 @@ class Pipeline:
         record: list = []
         unit = launch.lowered(self.ir, inputs, until="emit" if passes else "fuse", record=record if passes else None)
         grad = builtins.any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
-        backward = tuple(launch.lowered(ir, tensors).plan for ir, tensors in
-                         operator.backward_kernels(self.ir, inputs)) if grad else ()
-        return Plan(unit.plan, tuple(record), tuple(_chosen(unit.plan, inputs)), backward)
+        backward, refused = (), None
+        try:
+            backward = tuple(Plan(launch.lowered(ir, tensors).plan) for ir, tensors in
+                             operator.backward_kernels(self.ir, inputs)) if grad else ()
+        except UnsupportedError as exc:
+            refused = exc.message
+        return Plan(unit.plan, tuple(record), tuple(_chosen(unit.plan, inputs)), backward, refused)
 
     @property
     def num_inputs(self) -> int:

@@ -102,7 +102,7 @@ def prefix_scan(stream: list[Expr], arity: int, op: Function, identity, dtypes, 
         stream = [Call("logical_or", (Call("eq", (stream[0], stream[0])), Call("ne", (stream[0], stream[0]))))] \
             + stream
         op, identity = flagged(op, k), (False, *(_typed_zero(d) for d in dtypes))
-    first = Function(arity, tuple(stream), "stream")
+    first = Function(arity, tuple(stream), "recompute")  # (named as explain() shows it: the fold's operands again)
     scan = Scan(associative(op, identity), axis, None, reverse, True, identity)
     return PipelineIR((ZipWith(first) if arity > 1 else Map(first), scan))
 
