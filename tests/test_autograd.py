@@ -5,6 +5,8 @@ points and at torch's edge conventions), drawn pipelines (gradcheck and equality
 the reference evaluation), what a backward runs (kernel counts, dtypes, which inputs get gradients), and the
 refusals (before anything launches).
 """
+import warnings
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -537,6 +539,34 @@ _LIBRARY = {
     "layer_norm two axes": (lambda: tc.library.layer_norm(eps=1e-3, bias=False, axis=(-2, -1)),
                             lambda x, w: _F.layer_norm(x, (3, 9), w, None, 1e-3), [(4, 3, 9), (3, 9)], 2),
 }
+
+
+# axis, keepdim, correction, shape: a row with a NaN and a constant row (std's result 0: torch gives it no
+# gradient) where the rows are several; the whole array; two with no degree of freedom left
+_MOMENTS = [(-1, False, 1, (4, 7)), (None, False, 1, (3, 5)), ((0, 2), True, 0, (3, 4, 5)), (0, False, 1, (1, 6)),
+            (-1, True, 2, (5, 2))]
+
+
+@pytest.mark.parametrize("root", [False, True], ids=["var", "std"])
+@pytest.mark.parametrize("axis, keepdim, correction, shape", _MOMENTS)
+def test_var_and_std_take_one_kernel_backward_equal_to_torch(root, axis, keepdim, correction, shape):
+    pipe = (tc.library.std if root else tc.library.var)(axis=axis, keepdim=keepdim, correction=correction)
+    x = torch.randn(shape, dtype=torch.float64)
+    if axis not in (None, 0):
+        x[0, 0] = float("nan")
+        x[-1] = 2.0
+    ours, theirs = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    y = pipe(ours)
+    g = torch.randn_like(y)
+    with count_launches() as launches:
+        (got,) = torch.autograd.grad(y, ours, g)
+    fn = torch.std if root else torch.var
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # (torch's: no degree of freedom left)
+        want = fn(theirs, dim=axis, keepdim=keepdim, correction=correction)
+    (expected,) = torch.autograd.grad(want, theirs, g)
+    assert launches.triton == 1
+    torch.testing.assert_close(got, expected, equal_nan=True)
 
 
 @pytest.mark.parametrize("name", sorted(_LIBRARY))

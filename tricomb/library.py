@@ -333,14 +333,18 @@ def var(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
     (``correction=1``: the sample variance; 0: the population one), in one pass of Welford merges (Chan, Golub
     and LeVeque 1983), stable where the sum-of-squares formula cancels. Float inputs."""
     correction = _correction(correction)
-    return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: m2 / _dof(n, correction))
+    pipe = _moments(axis, keepdim) >> api.map(lambda n, mean, m2: m2 / _dof(n, correction))
+    backward.variance(pipe, axis, keepdim, correction, root=False)
+    return pipe
 
 
 @_arguments_named
 def std(axis=None, keepdim: bool = False, correction: int = 1) -> api.Pipeline:
     """The standard deviation along ``axis`` as torch.std: the square root of :func:`var`."""
     correction = _correction(correction)
-    return _moments(axis, keepdim) >> api.map(lambda n, mean, m2: sqrt(m2 / _dof(n, correction)))
+    pipe = _moments(axis, keepdim) >> api.map(lambda n, mean, m2: sqrt(m2 / _dof(n, correction)))
+    backward.variance(pipe, axis, keepdim, correction, root=True)
+    return pipe
 
 
 @_arguments_named

@@ -13,10 +13,16 @@ The formulas, with ``g`` the cotangent of the result ``y`` along a row of ``n`` 
   ``dx = r * (h - mean(h) - xh * mean(h * xh))``, ``dw = sum of g * xh``, ``db = sum of g``
   (J. L. Ba, J. R. Kiros and G. E. Hinton, "Layer Normalization", 2016).
 
+* var, over ``n`` elements with ``dof = max(n - correction, 0)``: ``dx = (2 / dof) * g * (x - mean)``; std, its
+  result ``y``: the same with ``g / (2 y)`` for ``g``, 0 where ``y`` is 0 (torch's ``var_backward`` and
+  ``std_backward``, tools/autograd/templates, FunctionsManual.cpp).
+
 What is saved: softmax and log_softmax use their result (not their input); the norms recompute the row's
-statistics from the input in the backward kernel.
+statistics from the input in the backward kernel; var and std recompute the mean (std reads its result too).
 """
 from __future__ import annotations
+
+import math
 
 from . import api
 from .autograd.backward import define
@@ -24,7 +30,7 @@ from .autograd.gather import summed_to
 from .pipeline import online
 from .scalar.trace import BUILTINS
 
-exp, rsqrt = BUILTINS["exp"], BUILTINS["rsqrt"]
+exp, rsqrt, where = BUILTINS["exp"], BUILTINS["rsqrt"], BUILTINS["where"]
 
 
 def _in_order(wanted, grads: dict) -> list:
@@ -99,6 +105,34 @@ def layer_norm(forward: api.Pipeline, eps: float, weight: bool, bias: bool, axis
         if bias and b in wanted:
             found[b] = summed_to(g, inputs[b].shape, run).to(inputs[b].dtype)
         return _in_order(wanted, found)
+    define(forward.ir, rule)
+
+
+def variance(forward: api.Pipeline, axis, keepdim: bool, correction: int, root: bool) -> None:
+    """var's (``root``: std's) backward: one attach kernel over the input, the cotangent and (std) the result,
+    each broadcast back along the reduced axes; one such pipeline per divisor, which the sizes fix."""
+    pipes: dict[float, api.Pipeline] = {}
+
+    def back(scale: float) -> api.Pipeline:
+        if scale not in pipes:
+            if root:
+                term = api.zip_with(lambda x, g, y: (x, where(y == 0.0, 0.0, g / (y + y))))
+            else:
+                term = api.zip_with(lambda x, g: (x, g))
+            pipes[scale] = (term >> api.attach(api.map(lambda x, h: x) >> api.mean(axis=axis))
+                            >> api.map(lambda x, h, mu: scale * (h * (x - mu))))
+        return pipes[scale]
+
+    def rule(inputs, result, grads, wanted, run):
+        x = inputs[0]
+        axes = tuple(range(x.dim())) if axis is None else tuple(a % x.dim() for a in
+                                                                  (axis if isinstance(axis, tuple) else (axis,)))
+        dof = max(math.prod(x.shape[a] for a in axes) - correction, 0)
+        kept = [grads[0], result[0]] if root else [grads[0]]
+        if not keepdim:  # (broadcast back along the reduced axes, as keepdim=True would keep them)
+            kept = [t.reshape([1 if d in axes else n for d, n in enumerate(x.shape)]) for t in kept]
+        scale = 2.0 / dof if dof else math.inf
+        return [run(back(scale).ir, (x, *kept))[0].to(x.dtype)]
     define(forward.ir, rule)
 
 
