@@ -670,6 +670,42 @@ def test_stages_without_a_derived_gradient_are_refused(pipe, match):
     _refused_before_launch(pipe, torch.rand(3, 4) + 0.5, match=match)
 
 
+def test_forward_mode_tangents_are_refused_not_dropped():
+    """A dual tensor's tangent would be lost in a kernel (a silently wrong JVP): refused before anything runs,
+    after a call without one was prepared too; a plain input inside a dual level still runs."""
+    import torch.autograd.forward_ad as forward_ad
+    pipe = tc.map(tc.exp) >> tc.sum(axis=-1)
+    x = torch.randn(3, 4, dtype=torch.float64)
+    pipe(x)
+    for grad in (False, True):
+        with forward_ad.dual_level(), count_launches() as launches:
+            dual = forward_ad.make_dual(x.clone().requires_grad_(grad), torch.ones_like(x))
+            with pytest.raises(UnsupportedError, match="forward-mode tangent"):
+                pipe(dual)
+            torch.testing.assert_close(pipe(x), x.exp().sum(-1))
+        assert launches.triton == 1
+
+
+_CONSTANT_OPERANDS = {  # a builtin with a constant operand, whose derivative combines that constant with others
+    "pow-constant-exponent": (tc.map(lambda v: v ** 0.7), lambda t: t ** 0.7),
+    "pow-constant-base": (tc.map(lambda v: 0.3 ** v), lambda t: 0.3 ** t),
+    "norm-3": (tc.library.norm(3.0), lambda t: torch.linalg.vector_norm(t, 3.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CONSTANT_OPERANDS))
+def test_a_derivative_of_constants_is_computed_in_double(name):
+    """``b - 1`` and ``log(a)`` for constants a and b are Python numbers (weak scalars, as in torch), not float32
+    values of the kernel: a float64 gradient is as exact as torch's."""
+    pipe, reference = _CONSTANT_OPERANDS[name]
+    x = torch.rand(40, dtype=torch.float64) + 0.5
+    ours, theirs = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    y = pipe(ours)
+    g = torch.randn_like(y)
+    torch.testing.assert_close(torch.autograd.grad(y, ours, g)[0],
+                               torch.autograd.grad(reference(theirs), theirs, g)[0], rtol=1e-13, atol=0)
+
+
 def test_a_second_derivative_is_refused():
     x = torch.randn(4, dtype=torch.float64, requires_grad=True)
     y = tc.map(tc.sin)(x).sum()

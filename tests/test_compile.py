@@ -119,6 +119,20 @@ def test_named_result_and_out_under_compile():
     torch.testing.assert_close(out, x.sum(1))
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_shape_error_under_compile_says_what_eager_says(dynamic):
+    """A (N,) target beside (N, C) logits: the fake implementation checks what binding checks, so the traced
+    call is told to keep the class axis, in tricomb's words (wrapped in torch's error), not a broadcast failure
+    inside the library's stages."""
+    loss = tc.library.cross_entropy()
+    x, target = torch.randn(6, 5), torch.randint(0, 5, (6,))
+    with pytest.raises(tc.ShapeError, match=r"target\[:, None\]"):
+        loss(x, target)
+    compiled, _ = _compiled(lambda a, b: loss(a, b), dynamic=dynamic)
+    with pytest.raises(Exception, match=r"ShapeError.*target\[:, None\]"):
+        compiled(x, target)
+
+
 def test_out_with_grad_is_refused_under_compile():
     """As in an eager call (tests/test_autograd.py): out= records no history."""
     exp = tc.map(tc.exp)
@@ -138,6 +152,23 @@ def test_eager_calls_do_not_take_the_operator(monkeypatch):
     assert calls == []
     pipe(x.requires_grad_(True))
     assert len(calls) == 1
+
+
+def test_a_repeated_call_with_grad_reuses_its_prepared_launch(monkeypatch, device):
+    """Inside the operator (whose autograd formula runs its forward with grad off) the launch path's fast key
+    serves inputs that require grad, so a training step's forward pays no binding or preparing after its first
+    call."""
+    from tricomb.runtime import launch
+    slow = []
+    original = launch._first_call
+    monkeypatch.setattr(launch, "_first_call", lambda *a: slow.append(a) or original(*a))
+    pipe = tc.map(tc.exp) >> tc.sum(axis=-1)
+    x = torch.randn(4, 8, device=device, requires_grad=True)
+    for _ in range(3):
+        y = pipe(x)
+        y.sum().backward()
+    assert y.grad_fn is not None and len(slow) == 2  # (the forward's first call, and its backward kernel's)
+    torch.testing.assert_close(x.grad, 3 * x.detach().exp())
 
 
 def test_a_small_training_loop_under_compile(device):

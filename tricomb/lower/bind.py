@@ -329,6 +329,14 @@ def bind(pipeline: PipelineIR, tensors: tuple, out=None) -> tuple[Binding, tuple
         raise type(exc)(exc.message, caller_location()) from None
 
 
+def check_constant_along(pipeline: PipelineIR, tensors: tuple) -> None:
+    """The check of inputs that must be constant along axes of the stream (:func:`_check_constant_along`) for
+    tensors whose sizes may be symbolic (a tracer's: the operator's fake implementation runs it, so that a
+    traced call is told what an eager one is), not cached."""
+    if any(isinstance(s, ZipWith) and s.constant_along for s in pipeline.stages):
+        _check_constant_along.__wrapped__(pipeline, tuple((tuple(t.shape), t.dtype) for t in tensors))
+
+
 def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Field, ...]]:
     _check_tensors(pipeline, tensors)
     at, stage = combine_stage(pipeline)

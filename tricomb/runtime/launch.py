@@ -15,12 +15,13 @@ from types import ModuleType
 
 import numpy
 import torch
+import torch.autograd.forward_ad as forward_ad
 from torch._subclasses.fake_tensor import is_fake
 
 from .. import compiler
 from ..lower.bind import Binding
 from ..lower.fuse import KernelPlan
-from ..errors import UnsupportedError, too_deeply_nested
+from ..errors import UnsupportedError, caller_location, too_deeply_nested
 from ..pipeline.ir import PipelineIR, stage_functions
 from ..scalar.inline import globals_key
 from ..scalar.ir import jit_functions
@@ -108,7 +109,22 @@ def fast_key(tensors: tuple) -> tuple | None:
         return None
     if any(requires_grad for *_, requires_grad in inputs) and torch.is_grad_enabled():
         return None
+    if forward_ad._current_level >= 0:  # (a dual level is open: the full path refuses tangents)
+        return None
     return inputs, torch.get_default_dtype()
+
+
+def refuse_tangents(tensors: tuple) -> None:
+    """Raise UnsupportedError, at the user's call, for an input carrying a forward-mode tangent (a dual tensor of
+    ``torch.autograd.forward_ad``): a kernel would drop it, a silently wrong derivative."""
+    if forward_ad._current_level < 0:
+        return
+    for i, t in enumerate(tensors):
+        if isinstance(t, torch.Tensor) and forward_ad.unpack_dual(t).tangent is not None:
+            raise UnsupportedError(f"input {i} carries a forward-mode tangent (torch.autograd.forward_ad), which a "
+                                   "tricomb kernel would drop: forward-mode AD is not supported; take derivatives "
+                                   "in reverse mode (torch.autograd.grad, .backward()), or compute the JVP with "
+                                   "torch ops", caller_location())
 
 
 class PipelineCache:
@@ -178,6 +194,7 @@ def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Te
     prepared = cache.get(key) if key is not None else None
     if prepared is not None:
         return prepared(*tensors)
+    refuse_tangents(tensors)
     if graph is not None and needs_graph(tensors):
         return graph(tensors, out)
     try:

@@ -28,7 +28,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from ..autograd import backward as autograd
-from ..lower.bind import unreadable_kind
+from ..lower.bind import check_constant_along, unreadable_kind
 from ..errors import DTypeError, ShapeError, UnsupportedError, caller_location
 from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.ir import PipelineIR, Scan
@@ -153,6 +153,7 @@ def _pipeline_cuda(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 def _pipeline_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     entry = _entry(key)
     metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in inputs]
+    check_constant_along(entry.ir, metas)  # (an eager call's own words for a target missing its class axis)
     fields = evaluate_fields(entry.ir, metas, explain_errors=True)
     device = inputs[0].device
     # a field that is an input passed through is a new tensor laid out as torch's clone (as the launch makes it)

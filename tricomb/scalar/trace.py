@@ -9,7 +9,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 import numbers
+import operator
 import sys
+
+import torch
 
 from ..errors import ArgumentError, ArityError, Location, TraceError, TricombError, caller_location
 from .builtins import INDEX, PUBLIC, OpSpec
@@ -122,8 +125,32 @@ def power(base, exponent) -> "Traced":
     return _apply("square", base) if value == 2.0 else _apply("mul", _apply("square", base), base)
 
 
+_FOLDED = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
+
+
 def _apply(op: str, *args) -> Traced:
-    return Traced(Call(op, tuple(to_expr(a) for a in args)))
+    exprs = tuple(to_expr(a) for a in args)
+    return Traced(_folded(op, exprs) or Call(op, exprs))
+
+
+def _folded(op: str, exprs: tuple) -> Const | None:
+    """A builtin of Python numbers alone (a derivative rule's ``b - 1`` and ``log(a)`` for a constant operand),
+    computed as Python computes it in a torch expression: in double precision (arithmetic exactly as Python's,
+    other builtins by torch's function in float64), or as exact integers. The result is one weak constant, as if
+    written so, not constants combined in the kernel's default float32. None where it is not that: an operand
+    or result that is not an int or a float (bools, comparisons), a division by zero (torch's inf or NaN), an
+    integer past int64, an integer result of anything but + - * (torch's integer semantics), an internal row."""
+    if op not in PUBLIC or not exprs or not all(isinstance(e, Const) and type(e.value) in (int, float) for e in exprs):
+        return None
+    values = [e.value for e in exprs]
+    if op in _FOLDED and (op != "div" or values[1] != 0):
+        value = _FOLDED[op](*values)
+    else:
+        value = PUBLIC[op].torch(*(torch.tensor(v, dtype=torch.float64) for v in values))
+        value = value.item() if isinstance(value, torch.Tensor) and value.dtype == torch.float64 else None
+    if type(value) is float or (type(value) is int and op in _FOLDED and -2**63 <= value < 2**63):
+        return Const(value)
+    return None
 
 
 class Builtin:
