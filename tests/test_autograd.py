@@ -637,6 +637,20 @@ def test_library_gradients_in_low_precision(name, dtype):
 
 # ---- refusals ----------------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("build, words", [
+    (lambda: tc.map(tc.exp) >> tc.library.softmax(), "stages 1 to 4 are tc.library's softmax"),
+    (lambda: tc.library.layer_norm() >> tc.map(tc.exp), "stages 0 to 4 are tc.library's layer_norm"),
+])
+def test_a_library_pipeline_inside_a_longer_one_is_named_in_the_refusal(build, words):
+    pipe = build()
+    inputs = [torch.randn(3, 5, requires_grad=True)] + [torch.randn(5, requires_grad=True)] * (pipe.num_inputs - 1)
+    with pytest.raises(UnsupportedError, match="call it alone") as info:
+        pipe(*inputs)
+    assert words in info.value.message
+    with pytest.raises(UnsupportedError) as info:  # an attach of one's own: no library pipeline named
+        (tc.attach(tc.sum(axis=-1)) >> tc.map(lambda a, b: a / b))(inputs[0])
+    assert "tc.library's" not in info.value.message.split(";")[0]
+
 @pytest.fixture
 def jit_clamped():
     import triton
@@ -646,6 +660,17 @@ def jit_clamped():
     def clamped(v):
         return tl.clamp(v, -1.0, 1.0) * v
     return clamped
+
+
+def test_a_jit_body_calling_a_method_names_it_in_the_refusal():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def casted(v):
+        return v.to(tl.float32) * 2.0
+    with pytest.raises(UnsupportedError, match=r"casted: .* the attribute \.to of a value"):
+        tc.map(casted)(torch.randn(3, requires_grad=True))
 
 
 def _refused_before_launch(pipe, *inputs, match: str):

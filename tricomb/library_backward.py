@@ -43,7 +43,7 @@ def softmax(forward: api.Pipeline, axis) -> None:
 
     def rule(inputs, result, grads, wanted, run):
         return [run(back.ir, (result[0], grads[0]))[0]]
-    define(forward.ir, rule)
+    define(forward.ir, rule, "softmax")
 
 
 def log_softmax(forward: api.Pipeline, axis) -> None:
@@ -52,7 +52,7 @@ def log_softmax(forward: api.Pipeline, axis) -> None:
 
     def rule(inputs, result, grads, wanted, run):
         return [run(back.ir, (result[0], grads[0]))[0]]
-    define(forward.ir, rule)
+    define(forward.ir, rule, "log_softmax")
 
 
 def _weighted(weight: bool) -> api.Pipeline:
@@ -78,7 +78,7 @@ def rms_norm(forward: api.Pipeline, eps: float, weight: bool, axis) -> None:
         if weight_grad:
             found[1] = summed_to(fields[1], inputs[1].shape, run).to(inputs[1].dtype)
         return _in_order(wanted, found)
-    define(forward.ir, rule)
+    define(forward.ir, rule, "rms_norm")
 
 
 def layer_norm(forward: api.Pipeline, eps: float, weight: bool, bias: bool, axis) -> None:
@@ -105,7 +105,7 @@ def layer_norm(forward: api.Pipeline, eps: float, weight: bool, bias: bool, axis
         if bias and b in wanted:
             found[b] = summed_to(g, inputs[b].shape, run).to(inputs[b].dtype)
         return _in_order(wanted, found)
-    define(forward.ir, rule)
+    define(forward.ir, rule, "layer_norm")
 
 
 def variance(forward: api.Pipeline, axis, keepdim: bool, correction: int, root: bool) -> None:
@@ -133,7 +133,7 @@ def variance(forward: api.Pipeline, axis, keepdim: bool, correction: int, root: 
             kept = [t.reshape([1 if d in axes else n for d, n in enumerate(x.shape)]) for t in kept]
         scale = 2.0 / dof if dof else math.inf
         return [run(back(scale).ir, (x, *kept))[0].to(x.dtype)]
-    define(forward.ir, rule)
+    define(forward.ir, rule, "var or std")
 
 
 def cross_entropy(forward: api.Pipeline, ignore_index: int, reduction: str, smoothing: float, axis: int,
@@ -169,4 +169,4 @@ def cross_entropy(forward: api.Pipeline, ignore_index: int, reduction: str, smoo
         count = (run(counted.ir, (t,))[0].reshape((1,) * rank),) if reduction == "mean" else ()
         dx = run(back(x.shape[axis]).ir, (x, t, g, *count))[0]
         return [dx.to(x.dtype) if i == 0 else None for i in wanted]
-    define(forward.ir, rule)
+    define(forward.ir, rule, "cross_entropy")

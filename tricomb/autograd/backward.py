@@ -111,7 +111,8 @@ class ReduceRule:
     @staticmethod
     def check(p: Parts) -> None:
         if p.fold.skip_nan and p.fold.mean:
-            _refuse(p.fold, "nanmean's gradient is not derived yet")
+            _refuse(p.fold, "nanmean's gradient is not derived yet (nansum's is: divide it by the count of elements "
+                            "that are not NaN, a sum of where(x == x, 1.0, 0.0), in a pipeline of its own)")
 
     @staticmethod
     def backward(p: Parts, inputs: tuple, result: tuple, grads: Tensors, wanted: tuple[int, ...], run: Run):
@@ -188,11 +189,28 @@ def rule(p: Parts):
 # so an equal pipeline (built again, or parsed from its text) has it too. A rule takes the inputs, the result's
 # fields, their cotangents, the positions of the inputs wanted and a Run, and returns their gradients.
 DEFINED: dict[PipelineIR, Callable] = {}
+_NAMES: dict[PipelineIR, str] = {}
 
 
-def define(pipeline: PipelineIR, rule: Callable) -> None:
-    """Give ``pipeline`` its own backward ``rule`` (see :data:`DEFINED`)."""
+def define(pipeline: PipelineIR, rule: Callable, name: str) -> None:
+    """Give ``pipeline`` its own backward ``rule`` (see :data:`DEFINED`); ``name`` is what a user calls it
+    (``"softmax"``), for the refusal of a longer pipeline that holds it."""
     DEFINED[pipeline] = rule
+    _NAMES[pipeline] = name
+
+
+def _within_library(pipeline: PipelineIR) -> str:
+    """Words for a pipeline that holds one with its own backward (:data:`DEFINED`) among other stages: which
+    stages are its, and that it must be called alone."""
+    stages = pipeline.stages
+    for own in DEFINED:
+        n = len(own.stages)
+        for at in range(len(stages) - n + 1):
+            if stages[at:at + n] == own.stages:
+                return (f" (stages {at} to {at + n - 1} are tc.library's {_NAMES[own]}, whose own backward applies "
+                        "when it is the whole pipeline: call it alone, and the stages around it as pipelines of "
+                        "their own)")
+    return ""
 
 
 def check(pipeline: PipelineIR) -> Parts | None:
@@ -203,7 +221,7 @@ def check(pipeline: PipelineIR) -> Parts | None:
         return None
     for stage in pipeline.stages:
         if isinstance(stage, Attach):
-            _refuse(stage, "gradients through attach are not derived yet")
+            _refuse(stage, "gradients through attach are not derived yet" + _within_library(pipeline))
         if isinstance(stage, (Map, ZipWith)):
             differentiable(stage.fn)
     p = parts(pipeline)

@@ -111,6 +111,9 @@ def _body(ref: JitRef, arity: int, key) -> Function:
         out = _call(ref.fn, tuple(Traced(Arg(i)) for i in range(arity)))
     except (TricombError, TypeError, AttributeError, NameError, ValueError) as exc:
         reason = exc.message if isinstance(exc, TricombError) else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, AttributeError) and getattr(exc, "obj", None) is not None and \
+                type(exc.obj).__name__ == "Traced":  # (a method of a value: x.to(...), x.dtype)
+            reason = f"it calls the method or reads the attribute .{exc.name} of a value, which is not a builtin"
         raise UnsupportedError(
             f"no gradient through the @triton.jit function {name}: its body could not be read as tricomb's "
             f"builtins ({reason}). Give it a derivative with @tc.vjp({name}), write it as a Python def over tc's "
