@@ -5,6 +5,7 @@ points and at torch's edge conventions), drawn pipelines (gradcheck and equality
 the reference evaluation), what a backward runs (kernel counts, dtypes, which inputs get gradients), and the
 refusals (before anything launches).
 """
+import math
 import warnings
 
 import pytest
@@ -569,6 +570,17 @@ def test_var_and_std_take_one_kernel_backward_equal_to_torch(root, axis, keepdim
     torch.testing.assert_close(got, expected, equal_nan=True)
 
 
+def test_var_of_every_axis_and_of_a_0d_input_has_a_gradient():
+    """axis=() reduces every axis, as torch's forward reads it (its gradient is torch's for dim=None); a 0-d
+    input's axis 0 is its one element (no degree of freedom left: NaN, as torch)."""
+    x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    (got,) = torch.autograd.grad(tc.library.var(axis=())(x), x)
+    torch.testing.assert_close(got, torch.autograd.grad(torch.var(x), x)[0])
+    scalar = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    (got,) = torch.autograd.grad(tc.library.std(axis=0)(scalar), scalar)
+    assert got.shape == () and torch.isnan(got)
+
+
 @pytest.mark.parametrize("name", sorted(_LIBRARY))
 def test_library_gradients_equal_torch(name, device):
     make, reference, shapes, _ = _LIBRARY[name]
@@ -708,6 +720,8 @@ def test_forward_mode_tangents_are_refused_not_dropped():
             with pytest.raises(UnsupportedError, match="forward-mode tangent"):
                 pipe(dual)
             torch.testing.assert_close(pipe(x), x.exp().sum(-1))
+            with pytest.raises(UnsupportedError, match="out= carries a forward-mode tangent"):
+                pipe(x, out=forward_ad.make_dual(torch.empty(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)))
         assert launches.triton == 1
 
 
@@ -716,6 +730,17 @@ _CONSTANT_OPERANDS = {  # a builtin with a constant operand, whose derivative co
     "pow-constant-base": (tc.map(lambda v: 0.3 ** v), lambda t: 0.3 ** t),
     "norm-3": (tc.library.norm(3.0), lambda t: torch.linalg.vector_norm(t, 3.0)),
 }
+
+
+def test_a_users_builtins_of_constants_stay_as_written():
+    """Only derivative rules fold constants: a user's tc.neg(3) beside int32 is an int32 kernel value, and
+    tc.exp(1.0) is float32's e (a 0-d float32 tensor in torch), also beside float64."""
+    v = torch.tensor([1, -2, 3], dtype=torch.int32)
+    got = tc.map(lambda x: x + tc.neg(3))(v)
+    assert got.dtype == torch.int32 and torch.equal(got, v - 3)
+    got = tc.map(lambda x: x * tc.exp(1.0))(torch.ones(3, dtype=torch.float64))
+    off = (got - math.e).abs()
+    assert got.dtype == torch.float64 and bool(((off > 1e-9) & (off < 1e-6)).all())  # float32's e, not double's
 
 
 @pytest.mark.parametrize("name", sorted(_CONSTANT_OPERANDS))

@@ -125,12 +125,14 @@ def variance(forward: api.Pipeline, axis, keepdim: bool, correction: int, root: 
 
     def rule(inputs, result, grads, wanted, run):
         x = inputs[0]
-        axes = tuple(range(x.dim())) if axis is None else tuple(a % x.dim() for a in
-                                                                  (axis if isinstance(axis, tuple) else (axis,)))
-        dof = max(math.prod(x.shape[a] for a in axes) - correction, 0)
+        rank = x.dim()
+        given = axis if isinstance(axis, tuple) else () if axis is None else (axis,)
+        # torch's reading: no axis (None, or ()) reduces them all; a 0-d input's axis 0 or -1 is its one element
+        axes = tuple(a % rank for a in given) if given and rank else tuple(range(rank))
         kept = [grads[0], result[0]] if root else [grads[0]]
         if not keepdim:  # (broadcast back along the reduced axes, as keepdim=True would keep them)
             kept = [t.reshape([1 if d in axes else n for d, n in enumerate(x.shape)]) for t in kept]
+        dof = math.prod(x.shape[a] for a in axes) - correction  # (unclamped, as torch's var_backward over dims)
         scale = 2.0 / dof if dof else math.inf
         return [run(back(scale).ir, (x, *kept))[0].to(x.dtype)]
     define(forward.ir, rule, "var or std")

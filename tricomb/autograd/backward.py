@@ -42,8 +42,8 @@ _GRADIENT_OF = ("maps and zip_withs (of builtins, Python functions and @triton.j
                 "a tuple operator such as the linear recurrence)")
 
 
-_LIBRARY_HINT = ("tc.library's softmax, log_softmax, rms_norm, layer_norm and cross_entropy have their own backward "
-                 "when one of them is the whole pipeline (call it apart from the stages around it)")
+_LIBRARY_HINT = ("tc.library's softmax, log_softmax, rms_norm, layer_norm, cross_entropy, var and std have their own "
+                 "backward when one of them is the whole pipeline (call it apart from the stages around it)")
 
 
 def _refuse(stage, why: str):
@@ -203,14 +203,13 @@ def _within_library(pipeline: PipelineIR) -> str:
     """Words for a pipeline that holds one with its own backward (:data:`DEFINED`) among other stages: which
     stages are its, and that it must be called alone."""
     stages = pipeline.stages
-    for own in DEFINED:
-        n = len(own.stages)
-        for at in range(len(stages) - n + 1):
-            if stages[at:at + n] == own.stages:
-                return (f" (stages {at} to {at + n - 1} are tc.library's {_NAMES[own]}, whose own backward applies "
-                        "when it is the whole pipeline: call it alone, and the stages around it as pipelines of "
-                        "their own)")
-    return ""
+    held = [(len(own.stages), at, own) for own in DEFINED for at in range(len(stages) - len(own.stages) + 1)
+            if stages[at:at + len(own.stages)] == own.stages]
+    if not held:
+        return ""
+    n, at, own = max(held, key=lambda h: h[0])  # (the longest: a layer_norm with weight holds one without)
+    return (f" (stages {at} to {at + n - 1} are tc.library's {_NAMES[own]}, whose own backward applies when it is "
+            "the whole pipeline: call it alone, and the stages around it as pipelines of their own)")
 
 
 def check(pipeline: PipelineIR) -> Parts | None:

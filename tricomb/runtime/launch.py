@@ -114,14 +114,17 @@ def fast_key(tensors: tuple) -> tuple | None:
     return inputs, torch.get_default_dtype()
 
 
-def refuse_tangents(tensors: tuple) -> None:
-    """Raise UnsupportedError, at the user's call, for an input carrying a forward-mode tangent (a dual tensor of
-    ``torch.autograd.forward_ad``): a kernel would drop it, a silently wrong derivative."""
+def refuse_tangents(tensors: tuple, out=None) -> None:
+    """Raise UnsupportedError, at the user's call, for an input or an ``out=`` tensor carrying a forward-mode
+    tangent (a dual tensor of ``torch.autograd.forward_ad``): a kernel would drop an input's, and leave an
+    ``out=``'s stale, a silently wrong derivative."""
     if forward_ad._current_level < 0:
         return
-    for i, t in enumerate(tensors):
+    outs = () if out is None else tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    named = [(f"input {i}", t) for i, t in enumerate(tensors)] + [("out=", t) for t in outs]
+    for what, t in named:
         if isinstance(t, torch.Tensor) and forward_ad.unpack_dual(t).tangent is not None:
-            raise UnsupportedError(f"input {i} carries a forward-mode tangent (torch.autograd.forward_ad), which a "
+            raise UnsupportedError(f"{what} carries a forward-mode tangent (torch.autograd.forward_ad), which a "
                                    "tricomb kernel would drop: forward-mode AD is not supported; take derivatives "
                                    "in reverse mode (torch.autograd.grad, .backward()), or compute the JVP with "
                                    "torch ops", caller_location())
@@ -194,7 +197,7 @@ def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Te
     prepared = cache.get(key) if key is not None else None
     if prepared is not None:
         return prepared(*tensors)
-    refuse_tangents(tensors)
+    refuse_tangents(tensors, out)
     if graph is not None and needs_graph(tensors):
         return graph(tensors, out)
     try:

@@ -20,7 +20,7 @@ from ..errors import UnsupportedError
 from .builtins import OPS
 from .ir import Arg, Call, Const, Expr, Function, JitCall, JitRef, as_expr, substitute, walk
 from .jit_body import body
-from .trace import BUILTINS, Traced
+from .trace import BUILTINS, Traced, constants_folded
 
 _T = BUILTINS
 _LN2 = math.log(2.0)
@@ -190,7 +190,8 @@ def pulled(fn: Function, wanted: tuple[int, ...], seeds: tuple[Expr | None, ...]
             rule = rule_for(node.op)
             if rule is None:
                 continue
-            shares = rule(*(Traced(a) for a in node.args), Traced(node), Traced(g))
+            with constants_folded():
+                shares = rule(*(Traced(a) for a in node.args), Traced(node), Traced(g))
         for operand, share in zip(node.args, shares):
             if share is not None and not isinstance(operand, Const):
                 adjoint[operand] = _add(adjoint.get(operand), as_expr(share.expr if isinstance(share, Traced)

@@ -7,6 +7,7 @@ whose operators build expressions; user ``@triton.jit`` functions become a :clas
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import numbers
 import operator
@@ -126,31 +127,45 @@ def power(base, exponent) -> "Traced":
 
 
 _FOLDED = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
+_FOLDING = contextvars.ContextVar("tricomb_folding_constants", default=False)
+
+
+@contextlib.contextmanager
+def constants_folded():
+    """Within the block, a builtin applied to Python numbers alone is one constant (:func:`_folded`): for
+    derivative rules, whose terms of constant operands (``b - 1``, ``log(a)``) torch's own formulas compute in
+    double precision. A user's function is traced as written, each builtin computed by the kernel."""
+    token = _FOLDING.set(True)
+    try:
+        yield
+    finally:
+        _FOLDING.reset(token)
 
 
 def _apply(op: str, *args) -> Traced:
     exprs = tuple(to_expr(a) for a in args)
-    return Traced(_folded(op, exprs) or Call(op, exprs))
+    folded = _folded(op, exprs) if _FOLDING.get() else None
+    return Traced(folded if folded is not None else Call(op, exprs))
 
 
 def _folded(op: str, exprs: tuple) -> Const | None:
-    """A builtin of Python numbers alone (a derivative rule's ``b - 1`` and ``log(a)`` for a constant operand),
-    computed as Python computes it in a torch expression: in double precision (arithmetic exactly as Python's,
-    other builtins by torch's function in float64), or as exact integers. The result is one weak constant, as if
-    written so, not constants combined in the kernel's default float32. None where it is not that: an operand
-    or result that is not an int or a float (bools, comparisons), a division by zero (torch's inf or NaN), an
-    integer past int64, an integer result of anything but + - * (torch's integer semantics), an internal row."""
+    """``op`` of Python numbers alone as Python computes it: + - * / of ints and floats by Python's own
+    arithmetic (exact integers, or doubles); another builtin of floats by torch's function in float64. None
+    (the builtin stays in the kernel) for anything else: bools, a division by zero, an integer past int64,
+    another builtin of an int, pow (torch computes a power of a number by other kernels), a result that is not
+    a float."""
     if op not in PUBLIC or not exprs or not all(isinstance(e, Const) and type(e.value) in (int, float) for e in exprs):
         return None
     values = [e.value for e in exprs]
-    if op in _FOLDED and (op != "div" or values[1] != 0):
+    if op in _FOLDED:
+        if op == "div" and values[1] == 0:
+            return None
         value = _FOLDED[op](*values)
-    else:
-        value = PUBLIC[op].torch(*(torch.tensor(v, dtype=torch.float64) for v in values))
-        value = value.item() if isinstance(value, torch.Tensor) and value.dtype == torch.float64 else None
-    if type(value) is float or (type(value) is int and op in _FOLDED and -2**63 <= value < 2**63):
-        return Const(value)
-    return None
+        return Const(value) if type(value) is float or -2**63 <= value < 2**63 else None
+    if op == "pow" or not all(type(v) is float for v in values):
+        return None
+    value = PUBLIC[op].torch(*(torch.tensor(v, dtype=torch.float64) for v in values))
+    return Const(value.item()) if isinstance(value, torch.Tensor) and value.dtype == torch.float64 else None
 
 
 class Builtin:
