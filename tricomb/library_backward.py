@@ -13,7 +13,8 @@ The formulas, with ``g`` the cotangent of the result ``y`` along a row of ``n`` 
   ``dx = r * (h - mean(h) - xh * mean(h * xh))``, ``dw = sum of g * xh``, ``db = sum of g``
   (J. L. Ba, J. R. Kiros and G. E. Hinton, "Layer Normalization", 2016).
 
-* var, over ``n`` elements with ``dof = max(n - correction, 0)``: ``dx = (2 / dof) * g * (x - mean)``; std, its
+* var, over ``n`` elements with ``dof = n - correction`` (not clamped at 0 here, as torch's backward over axes;
+  ``2 / 0`` is inf): ``dx = (2 / dof) * g * (x - mean)``; std, its
   result ``y``: the same with ``g / (2 y)`` for ``g``, 0 where ``y`` is 0 (torch's ``var_backward`` and
   ``std_backward``, tools/autograd/templates, FunctionsManual.cpp).
 

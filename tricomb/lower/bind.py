@@ -138,9 +138,7 @@ def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
         if not isinstance(t, torch.Tensor):
             raise DTypeError(f"input {i} is a {type(t).__name__}, not a torch.Tensor; wrap it with "
                              "torch.as_tensor(...)")
-        unreadable = None if is_fake(t) else unreadable_kind(t)  # (a tracer's: the launch is recorded, not run)
-        if unreadable is not None:
-            raise DTypeError(f"input {i} is {unreadable[0]}; pass a plain dense tensor ({unreadable[1]})")
+        check_readable(i, t)
         if t.is_neg() or t.is_conj():
             raise DTypeError(f"input {i} is a torch.strided tensor with a lazy negation or conjugation; "
                              "pass a plain dense tensor (.resolve_neg(), .resolve_conj())")
@@ -156,6 +154,14 @@ def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
     if device.type not in ("cuda", "cpu"):
         raise DeviceError(f"inputs are on {device}; tricomb runs on CUDA devices, and on the CPU through "
                           "Triton's interpreter")
+
+
+def check_readable(i: int, t: torch.Tensor, location=None) -> None:
+    """Raise DTypeError for input ``i`` of a kind a kernel cannot read (:func:`unreadable_kind`); a tracer's
+    tensor passes (its launch is recorded, not run)."""
+    unreadable = None if is_fake(t) else unreadable_kind(t)
+    if unreadable is not None:
+        raise DTypeError(f"input {i} is {unreadable[0]}; pass a plain dense tensor ({unreadable[1]})", location)
 
 
 def unreadable_kind(t: torch.Tensor) -> tuple[str, str] | None:

@@ -28,7 +28,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from ..autograd import backward as autograd
-from ..lower.bind import check_constant_along, unreadable_kind
+from ..lower.bind import check_constant_along, check_readable
 from ..errors import DTypeError, ShapeError, UnsupportedError, caller_location
 from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.ir import PipelineIR, Scan
@@ -307,10 +307,7 @@ def call(key, inputs: tuple, out=None):
     (inputs that need a graph): a tensor, or a tuple for a tuple result. With grad wanted, a pipeline whose
     gradient is not derived, or an ``out``, is refused here, before anything runs."""
     for i, t in enumerate(inputs):  # (before torch's autograd sees them: a torch.func transform's, a wrapper)
-        unreadable = None if is_fake(t) else unreadable_kind(t)
-        if unreadable is not None:
-            raise DTypeError(f"input {i} is {unreadable[0]}; pass a plain dense tensor ({unreadable[1]})",
-                             caller_location())
+        check_readable(i, t, caller_location())
     name = key()
     if launch.records_grad(inputs):
         if out is not None:
