@@ -1,7 +1,8 @@
 """The backward of tc.library's softmax, log_softmax and norms: one attach kernel each over the saved values and
 the cotangent, as a hand-written kernel computes it (the chain of pullbacks through their attaches would read
 every row several times). Each is registered for its forward pipeline with :func:`tricomb.autograd.backward.
-define`; a weight's and a bias's gradients are the per-element terms summed over the rows (one more kernel).
+define`; a weight's and a bias's gradients are the per-element terms summed over the rows, in the same kernel
+(``PipelineIR.column_sums``: no term is written and read back).
 
 The formulas, with ``g`` the cotangent of the result ``y`` along a row of ``n`` elements:
 
@@ -23,12 +24,14 @@ statistics from the input in the backward kernel; var and std recompute the mean
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from . import api
 from .autograd.backward import define
 from .autograd.gather import summed_to
 from .pipeline import online
+from .pipeline.ir import PipelineIR
 from .scalar.trace import BUILTINS
 
 exp, rsqrt, where = BUILTINS["exp"], BUILTINS["rsqrt"], BUILTINS["where"]
@@ -61,20 +64,27 @@ def _weighted(weight: bool) -> api.Pipeline:
     return api.zip_with(lambda x, g, w: (x, g * w, g)) if weight else api.zip_with(lambda x, g: (x, g, g))
 
 
+def _summed(pipe: api.Pipeline, count: int) -> PipelineIR:
+    """``pipe``'s IR with its last ``count`` result fields summed over the rows in its own kernel (a weight's and a
+    bias's gradients: no per-element term is written and read back)."""
+    width = pipe.ir.width
+    return dataclasses.replace(pipe.ir, column_sums=tuple(range(width - count, width)))
+
+
 def rms_norm(forward: api.Pipeline, eps: float, weight: bool, axis) -> None:
-    def back(weight_grad: bool) -> api.Pipeline:
+    def back(weight_grad: bool) -> PipelineIR:
         stream = (_weighted(weight) >> api.attach(api.map(lambda x, h, g: x * x) >> api.mean(axis=axis))
                   >> api.map(lambda x, h, g, ms: (x, h, g, rsqrt(ms + eps)))
                   >> api.attach(api.map(lambda x, h, g, r: h * x) >> api.mean(axis=axis)))
         if weight_grad:
-            return stream >> api.map(lambda x, h, g, r, m: (r * h - r * r * r * x * m, g * x * r))
-        return stream >> api.map(lambda x, h, g, r, m: r * h - r * r * r * x * m)
+            return _summed(stream >> api.map(lambda x, h, g, r, m: (r * h - r * r * r * x * m, g * x * r)), 1)
+        return (stream >> api.map(lambda x, h, g, r, m: r * h - r * r * r * x * m)).ir
     pipes = {flag: back(flag) for flag in ((False, True) if weight else (False,))}
 
     def rule(inputs, result, grads, wanted, run):
         x, g = inputs[0], grads[0]
         weight_grad = 1 in wanted
-        fields = run(pipes[weight_grad].ir, (x, g, *inputs[1:]))
+        fields = run(pipes[weight_grad], (x, g, *inputs[1:]))
         found = {0: fields[0].to(x.dtype)}
         if weight_grad:
             found[1] = summed_to(fields[1], inputs[1].shape, run).to(inputs[1].dtype)
@@ -83,28 +93,33 @@ def rms_norm(forward: api.Pipeline, eps: float, weight: bool, axis) -> None:
 
 
 def layer_norm(forward: api.Pipeline, eps: float, weight: bool, bias: bool, axis) -> None:
-    def back(per_element: bool) -> api.Pipeline:
+    def back(weight_grad: bool, bias_grad: bool) -> PipelineIR:
         stream = (_weighted(weight) >> api.attach(api.map(lambda x, h, g: x) >> api.mean(axis=axis))
                   >> api.map(lambda x, h, g, mu: (x - mu, h, g))
                   >> api.attach(api.map(lambda d, h, g: d * d) >> api.mean(axis=axis))
                   >> api.map(lambda d, h, g, var: (d * rsqrt(var + eps), h, g, rsqrt(var + eps)))
                   >> api.attach(api.map(lambda xh, h, g, r: h) >> api.mean(axis=axis))
                   >> api.attach(api.map(lambda xh, h, g, r, mh: h * xh) >> api.mean(axis=axis)))
-        if per_element:
-            return stream >> api.map(lambda xh, h, g, r, mh, mhx: (r * (h - mh - xh * mhx), g * xh))
-        return stream >> api.map(lambda xh, h, g, r, mh, mhx: r * (h - mh - xh * mhx))
-    pipes = {flag: back(flag) for flag in ((False, True) if weight else (False,))}
+        dx = api.map(lambda xh, h, g, r, mh, mhx: r * (h - mh - xh * mhx))
+        if not (weight_grad or bias_grad):
+            return (stream >> dx).ir
+        # dx, then the weight's term g * xh and the bias's g, each summed over the rows in the same kernel
+        terms = api.map(lambda xh, h, g, r, mh, mhx: (r * (h - mh - xh * mhx),)
+                        + ((g * xh,) if weight_grad else ()) + ((g,) if bias_grad else ()))
+        return _summed(stream >> terms, weight_grad + bias_grad)
+    flags = [(w_, b_) for w_ in ((False, True) if weight else (False,)) for b_ in ((False, True) if bias else (False,))]
+    pipes = {flag: back(*flag) for flag in flags}
 
     def rule(inputs, result, grads, wanted, run):
         x, g = inputs[0], grads[0]
-        weight_grad = weight and 1 in wanted
-        fields = run(pipes[weight_grad].ir, (x, g, *(inputs[1:2] if weight else ())))
+        b = 2 if weight else 1
+        weight_grad, bias_grad = weight and 1 in wanted, bias and b in wanted
+        fields = run(pipes[weight_grad, bias_grad], (x, g, *(inputs[1:2] if weight else ())))
         found = {0: fields[0].to(x.dtype)}
         if weight_grad:
             found[1] = summed_to(fields[1], inputs[1].shape, run).to(inputs[1].dtype)
-        b = 2 if weight else 1
-        if bias and b in wanted:
-            found[b] = summed_to(g, inputs[b].shape, run).to(inputs[b].dtype)
+        if bias_grad:
+            found[b] = summed_to(fields[-1], inputs[b].shape, run).to(inputs[b].dtype)
         return _in_order(wanted, found)
     define(forward.ir, rule, "layer_norm")
 

@@ -45,6 +45,10 @@ def _cases():
         "rms_norm_half": (tc.library.rms_norm(), (f32.half(), torch.ones(128).half())),
         "cross_entropy_bf16": (tc.library.cross_entropy(reduction="none"),
                                (f32.bfloat16(), torch.zeros(f32.shape[0], 1, dtype=torch.int64))),
+        # the backward module: dx with the weight's and the bias's gradients summed over the rows, one kernel
+        "layer_norm_backward": (tc.library.layer_norm(), (torch.ones(64, 128, requires_grad=True),
+                                                          torch.ones(128, requires_grad=True),
+                                                          torch.ones(128, requires_grad=True))),
     }
 
 
@@ -52,5 +56,6 @@ CASES = _cases()
 
 
 def emitted(name: str) -> str:
+    """The module text of case ``name``: its backward modules where an input requires grad."""
     pipe, inputs = CASES[name]
-    return pipe.source(*inputs)
+    return pipe.source(*inputs, backward=any(t.requires_grad for t in inputs))

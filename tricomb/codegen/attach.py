@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from ..lower.fuse import KernelPlan
-from ..lower.segments import Attach, Elementwise, Store, TileReduce
+from ..lower.segments import Attach, ColumnSums, Elementwise, Store, TileReduce
 from ..pipeline.printer import stage_text
+from .columns import emit_column_finish, fold_columns, start_column_sums
 from .combine import accumulate, after_fold, row_totals, split_groups, start_accumulators, tile_address
 from .fold import masked_fields, reduce_tile
 from .exchange import emit_exchange
@@ -75,8 +76,12 @@ class _Pass:
                 n = p.folds.index(segment.fold)
                 stream = stream + [Value(f"{r.text}[:, None]", r.dtype, r.zero_dim) for r in self.results[n]]
                 self._load(n + 1)
+            elif isinstance(segment, ColumnSums):
+                fold_columns(w, segment, [stream[j] for j in segment.fields], self.whole)
             elif isinstance(segment, Store):
-                store(w, self.ctx, p, segment, stream, self.address, "mask")
+                summed = p.column_sums.fields if p.column_sums is not None else ()
+                store(w, self.ctx, p, segment, [v for j, v in enumerate(stream) if j not in summed], self.address,
+                      "mask")
 
     def _load(self, phase: int) -> None:
         """The inputs of ``phase`` (:class:`~tricomb.lower.segments.Slot`), at this tile's addresses."""
@@ -275,14 +280,37 @@ def emit_attach_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
     (``p.long_rows``); with a one-hot reduce after the attaches (``p.one_hot``), that reduce reads one element a
     row after either. ``combines`` names each fold's combine function: ``p``'s, then the long rows' plan's."""
     kept, reduced = split_groups(p)
-    long = p.long_rows or p
-    hot = p.one_hot is not None
     if p.over_rows is not None:
         *combines, over_rows = combines
     else:
         over_rows = None
     whole, swept = combines[:len(p.folds)], combines[len(p.folds):] or combines
+    if p.column_sums is not None:
+        _row_tiles(w, ctx, p, whole, swept, kept, reduced)
+        return
     program_ids(w, ["pid_m", "part"] if p.shareable else ["pid_m"])
+    _rows_body(w, ctx, p, whole, swept, kept, reduced, over_rows)
+
+
+def _row_tiles(w: Writer, ctx: ScalarContext, p: KernelPlan, whole: tuple[str, ...], swept: tuple[str, ...],
+               kept: list[int], reduced: list[int]) -> None:
+    """With fields summed over the rows: ``PROGRAMS`` programs step through the row tiles, each keeping its
+    partial of those fields across them (:mod:`.columns`), which the last programs fold after the loop."""
+    w.line("program = tl.program_id(0)")
+    start_column_sums(w, p.column_sums)
+    with w.block("for tile in range(program, (M + BLOCK_M - 1) // BLOCK_M, PROGRAMS):"):
+        w.line("pid_m = tile")
+        with w.block("if WIDE:"):
+            w.line("pid_m = pid_m.to(tl.int64)", comment="offsets may pass 2**31 - 1: index in int64")
+        _rows_body(w, ctx, p, whole, swept, kept, reduced, None)
+    emit_column_finish(w, ctx, p, reduced)
+
+
+def _rows_body(w: Writer, ctx: ScalarContext, p: KernelPlan, whole: tuple[str, ...], swept: tuple[str, ...],
+               kept: list[int], reduced: list[int], over_rows: str | None) -> None:
+    """Row tile ``pid_m``: its rows held or swept (:func:`emit_attach_body`)."""
+    long = p.long_rows or p
+    hot = p.one_hot is not None
     w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
     w.line("row_mask = rows < M")
     offsets = emit_offsets(w, "rows", kept, p.slots, "r", coords := {})

@@ -131,6 +131,14 @@ def _status_words(device, count, traced=False):
     return made[-1]
 
 
+def _zeroed(outs, fields):
+    """The result ``outs`` (a tensor, or a tuple of them) with the fields at ``fields`` zeroed: sums over no
+    rows."""
+    for j in fields:
+        (outs[j] if isinstance(outs, tuple) else outs).zero_()
+    return outs
+
+
 def _reset_tickets(device):
     """Zero ``device``'s last-program tickets, as when first made: after a launch cut off part-way. (A
     look-back's status words need no reset: the next launch publishes a larger status.)"""

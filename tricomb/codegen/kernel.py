@@ -184,7 +184,8 @@ def store(w: Writer, ctx: ScalarContext, p: KernelPlan, segment: Store, values: 
     computed from only some of the inputs is smaller than the iteration space (torch's shape for it): along a
     dimension group where its stride is 0, only coordinate 0 stores, so no element is written twice."""
     every = frozenset(range(len(p.inputs)))
-    for slot, value, inputs in zip(segment.outputs, values, p.field_inputs):
+    for slot, value in zip(segment.outputs, values):
+        inputs = p.field_inputs[p.outputs.index(slot)]
         where = mask
         if coords is not None and inputs != every:
             where = f"keep_{slot.name}"

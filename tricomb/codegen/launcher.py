@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..lower.fuse import KernelPlan
-from ..lower.segments import RowsReduce, Slot, Ticket, TileReduce, TileScan
+from ..lower.segments import ColumnSums, RowsReduce, Slot, Ticket, TileReduce, TileScan
 from ..scalar.dtypes import held_dtype
 from ..scalar.literals import number_literal
+from .columns import GROUP, group_buffers, partial_buffers
 from .kernel import group_size, group_stride
 from .lookback import FENCED, SIXTEEN_BYTES, packing
 from .scratch import FLAGS, TICKETS, aggregates, partials, prefixes, shared_partials
@@ -54,6 +55,10 @@ def _emit_out_shape(w: Writer, p: KernelPlan) -> None:
     """``out_shape``, the result's shape; with a reduce over the rows, ``row_shape`` too, the per-row reduce's
     (an input joining between the two has it)."""
     rows = p.over_rows
+    if p.column_sums is not None:
+        axes = p.binding.axes
+        w.line(f"column_shape = {_shape_expr([f'shape[{d}]' if d in axes else '1' for d in range(p.binding.rank)])}",
+               comment="a field summed over the rows")
     if rows is None:
         w.line(f"out_shape = {_out_shape(p)}")
         return
@@ -125,12 +130,19 @@ def _emit_prepare(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: st
         _emit_out_shape(w, p)
         w.line("device = in0.device")
         with w.block("def new_outputs():"):
-            news = [f"_empty({_field_shape(p, inputs)}, {_int_tuple(order)}, {slot.dtype}, device)"
-                    for slot, order, inputs in zip(p.outputs, b.out_orders, p.field_inputs)]
+            summed = p.column_sums.outputs if p.column_sums is not None else ()
+            news = [f"_empty({'column_shape' if slot in summed else _field_shape(p, inputs)}, {_int_tuple(order)}, "
+                    f"{slot.dtype}, device)" for slot, order, inputs in zip(p.outputs, b.out_orders, p.field_inputs)]
             w.line(f"return {news[0] if len(news) == 1 else '(' + ', '.join(news) + ',)'}")
         w.line(f"{', '.join(outs)}{',' if len(outs) > 1 else ''} = new_outputs() if out is None else out",
                comment="when new: a template, for the strides")
         _emit_layout(w, p)
+        if p.column_sums is not None:
+            with w.block("if M == 0 or K == 0:"):
+                w.comment("nothing to compute: launch no empty grid; a sum over no rows is 0")
+                summed = _int_tuple(p.column_sums.fields)
+                w.line(f"return lambda {', '.join(ins)}, out=None: _zeroed(new_outputs() if out is None else out, "
+                       f"{summed})")
         with w.block(f"if {outs[0]}.numel() == 0:"):
             w.comment("nothing to compute: launch no empty grid")
             w.line(f"return lambda {', '.join(ins)}, out=None: new_outputs() if out is None else out")
@@ -211,6 +223,20 @@ def emit_rows_scratch(w: Writer, p: KernelPlan) -> None:
     w.line(f"{TICKETS} = _tickets(in0.device, 1, traced)")
 
 
+def emit_columns_scratch(w: Writer, p: KernelPlan) -> None:
+    """The scratch of fields summed over the rows (:mod:`.columns`): ``programs`` of them step through the row
+    tiles (:func:`~tricomb.lower.schedule.column_programs`); per field a
+    partial per program and per group of programs, and a ticket per group and one for the groups."""
+    w.line("programs = column_programs(M, cfg['BLOCK_M'], interpret, _num_sms(device), cfg.get('PROGRAMS'))")
+    w.line(f"groups = triton.cdiv(programs, {GROUP})")
+    sums = p.column_sums
+    for name, dtype in zip(partial_buffers(sums), sums.acc_dtypes):
+        w.line(f"{name} = torch.empty(programs * K, dtype={held_dtype(dtype)}, device=device)")
+    for name, dtype in zip(group_buffers(sums), sums.acc_dtypes):
+        w.line(f"{name} = torch.empty(groups * K, dtype={held_dtype(dtype)}, device=device)")
+    w.line(f"{TICKETS} = _tickets(device, groups + 1, traced)")
+
+
 def emit_shared_scratch(w: Writer, p: KernelPlan, folds: list[TileReduce]) -> None:
     """The scratch of programs sharing an attach's rows (:mod:`.exchange`): per attached fold ``folds``, a
     partial per (row, program) and a status word per (row tile, program), with the status each launch
@@ -267,6 +293,6 @@ def _emit_schedule(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: s
         w.line(f"meta.update({tuned}=cfg[{tuned!r}], num_warps=cfg['num_warps'])")
         with w.block("if 'maxnreg' in cfg:"):
             w.line("meta['maxnreg'] = cfg['maxnreg']", comment="a cap on registers per thread (a compile option)")
-    reset = ", _reset_tickets" if any(isinstance(s, (Ticket, RowsReduce)) for s in p.segments) else ""  # (tickets)
+    reset = ", _reset_tickets" if any(isinstance(s, (Ticket, RowsReduce, ColumnSums)) for s in p.segments) else ""
     w.line(f"start = _Launcher(_tuner({kernel}, space, {list(strategy.key)!r}, {strategy.tuner_resets}) if tune else "
            f"{kernel}, grid, rest, meta, device, status{reset}, traced=traced)", comment="tuned: Triton's autotuner, its choice cached on disk")

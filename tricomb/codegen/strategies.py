@@ -19,13 +19,15 @@ from typing import ClassVar
 
 from ..lower.bind import Group
 from ..lower.fuse import KernelPlan
-from ..lower.schedule import schedule_attach
+from ..lower.schedule import column_programs, schedule_attach
 from ..lower.segments import Attach, Elementwise, TileReduce, TileScan
 from ..pipeline.printer import stage_text
 from .attach import emit_attach_body
 from .combine import emit_reduce_body, emit_scan_body
 from .kernel import Param, emit_map_body, fixed, given, layout_parameters, meta
-from .launcher import emit_look_back_scratch, emit_rows_scratch, emit_shared_scratch, emit_ticket_scratch
+from .columns import GROUP, group_buffers, partial_buffers
+from .launcher import (emit_columns_scratch, emit_look_back_scratch, emit_rows_scratch, emit_shared_scratch,
+                       emit_ticket_scratch)
 from .lookback import packing
 from .scalar import ScalarContext
 from .scratch import FLAGS, READY, TICKETS, aggregates, partials, prefixes, shared_partials
@@ -241,6 +243,10 @@ class AttachKernel(KernelStrategy):
         if p.over_rows is not None:
             return (*_slots_given(p), *[fixed(name) for name in partials(p.over_rows)], fixed(TICKETS),
                     *self._sizes(), meta("WIDE", "wide"))
+        if p.column_sums is not None:
+            buffers = partial_buffers(p.column_sums) + group_buffers(p.column_sums)
+            return (*_slots_given(p), *[fixed(name) for name in buffers], fixed(TICKETS), fixed("PROGRAMS", "programs"),
+                    *self._sizes(), meta("WIDE", "wide"))
         if not p.shareable:
             return (*_slots_given(p), *self._sizes(), meta("WIDE", "wide"))
         shared = [fixed(name) for n, fold in enumerate(_shared_folds(p)) for name in shared_partials(n, fold)]
@@ -260,13 +266,15 @@ class AttachKernel(KernelStrategy):
     def emit_scratch(self, w: Writer) -> None:
         if self.plan.over_rows is not None:
             emit_rows_scratch(w, self.plan)
+        if self.plan.column_sums is not None:
+            emit_columns_scratch(w, self.plan)
         if not self.plan.shareable:
             super().emit_scratch(w)
             return
         emit_shared_scratch(w, self.plan, _shared_folds(self.plan))
 
     def grid(self) -> str:
-        if self.plan.over_rows is not None:
+        if self.plan.over_rows is not None or self.plan.column_sums is not None:
             return "lambda meta: (programs,)"
         if self.plan.shareable:
             return "lambda meta: (triton.cdiv(M, meta['BLOCK_M']), split)"
@@ -284,6 +292,9 @@ class AttachKernel(KernelStrategy):
             return [f"  chosen for these inputs: {M} rows of {K} elements, each shared by {cfg['SPLIT']} programs "
                     f"(one an SM), {tiles}: each part of {part} elements {how}, the programs exchanging each "
                     "attached fold's partials"]
+        if self.plan.column_sums is not None:
+            tiles += (f", {column_programs(M, cfg['BLOCK_M'], interpret, num_sms, cfg.get('PROGRAMS'))} programs stepping through the "
+                      "row tiles")
         if K <= cfg["BLOCK_K"]:
             return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row read once, held on chip"]
         if self.plan.one_hot is not None:
@@ -313,6 +324,12 @@ class AttachKernel(KernelStrategy):
         if p.one_hot is not None:
             lines.append("  the reduce after the attaches sums terms that are 0 but at one position a row: each row "
                          "is read at that position alone, after the attached folds (docs/design.md)")
+        if p.column_sums is not None:
+            lines.append(f"  result field{'s' if len(p.column_sums.fields) > 1 else ''} "
+                         f"{', '.join(map(str, p.column_sums.fields))} summed over the rows: the programs step "
+                         "through the row tiles, each keeping a partial per position along the row; the last "
+                         f"program of each group of {GROUP} folds the group's partials, the last group's the groups', "
+                         "in order")
         if p.over_rows is not None:
             lines.append(f"  then {stage_text(p.over_rows.stage)} over the rows' results: each program folds its "
                          "rows, the program drawing the last ticket folds the programs' partials in order")

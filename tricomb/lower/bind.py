@@ -510,6 +510,11 @@ def _check_field_shapes(pipeline: PipelineIR, fields: tuple[Field, ...], stream:
     as an input passed through unchanged, is not compiled yet)."""
     if stage is None and attached:
         for k, f in enumerate(fields):
+            if k in pipeline.column_sums:
+                if not f.dtype.is_floating_point:
+                    raise UnsupportedError(f"result field {k} is summed over the rows (column_sums) but is "
+                                           f"{str(f.dtype)[6:]}: only float fields are", pipeline.stages[-1].location)
+                continue
             if f.shape != stream:
                 raise UnsupportedError(f"result field {k} has shape {f.shape}, not the stream's {stream}: after an "
                                        "attach every result has the stream's shape. Compute a field of only a later "

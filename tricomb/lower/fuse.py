@@ -33,8 +33,8 @@ from ..scalar.ir import Function
 from ..scalar.dtypes import compute_dtype, typed_identity
 from .bind import Binding, combined_dtypes, fold_context, input_stages, rows_reduce
 from .derive import one_hot, one_pass
-from .segments import (Attach, Elementwise, Fold, LookBack, OneHot, RowsReduce, Segment, Slot, Store, Ticket,
-                       TileReduce, TileScan)
+from .segments import (Attach, ColumnSums, Elementwise, Fold, LookBack, OneHot, RowsReduce, Segment, Slot, Store,
+                       Ticket, TileReduce, TileScan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +73,17 @@ class KernelPlan:
         return next((s for s in self.segments if isinstance(s, RowsReduce)), None)
 
     @property
+    def column_sums(self) -> ColumnSums | None:
+        """The result fields summed over the rows, if any."""
+        return next((s for s in self.segments if isinstance(s, ColumnSums)), None)
+
+    @property
     def shareable(self) -> bool:
         """Programs may share its rows (a few long rows, a whole array): attaches, and nothing folded after them
-        (their result is the stream's elements, each program storing its own)."""
-        return bool(self.folds) and self.folds[-1].attached and self.over_rows is None
+        (their result is the stream's elements, each program storing its own; fields summed over the rows are
+        folded by programs that each hold whole rows)."""
+        return (bool(self.folds) and self.folds[-1].attached and self.over_rows is None
+                and self.column_sums is None)
 
     def following(self, segment: Segment, kind: type) -> Segment:
         """The first segment of type ``kind`` after ``segment``."""
@@ -165,15 +172,15 @@ def _plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding, commutes:
     folds = [_fold(pipeline, binding, at, c, after_scan=any(s < at for s in scans))
              for at, c in zip(positions, commutes) if at != rows_at]
     over_rows = _rows_fold(pipeline, binding, rows_at) if rows_at < len(pipeline.stages) else None
-    segments = _segments(pipeline, folds, outputs, over_rows)
+    segments = _segments(pipeline, folds, outputs, over_rows, written.column_sums)
     return KernelPlan(pipeline, written, binding, inputs, outputs, field_inputs(pipeline), _compute_dtype(binding.dtypes),
                       segments, one_hot=one_hot(segments, pipeline, binding))
 
 
 def _segments(pipeline: PipelineIR, folds: list[Fold], outputs: tuple[Slot, ...],
-              over_rows: RowsReduce | None) -> tuple[Segment, ...]:
+              over_rows: RowsReduce | None, column_sums: tuple[int, ...]) -> tuple[Segment, ...]:
     """Elementwise stages, then per fold the fold, its cross-program combine and the stages after it; the
-    reduce over the rows and the stages after it; the store."""
+    reduce over the rows and the stages after it; the fields summed over the rows; the store of the others."""
     segments: list[Segment] = [Elementwise(pipeline.stages[:folds[0].at] if folds else pipeline.stages, 0)]
     # rows are not split over programs for a reduce after attaches, nor for one whose rows are reduced again
     whole_rows = over_rows is not None or any(isinstance(f, TileReduce) and f.attached for f in folds)
@@ -188,7 +195,10 @@ def _segments(pipeline: PipelineIR, folds: list[Fold], outputs: tuple[Slot, ...]
             segments += [fold, Ticket(fold) if isinstance(fold, TileReduce) else LookBack(fold), after]
     if over_rows is not None:
         segments += [over_rows, Elementwise(pipeline.stages[over_rows.at + 1:], over_rows.at + 1)]
-    return tuple(segments) + (Store(outputs),)
+    if column_sums:
+        summed = tuple(outputs[j] for j in column_sums)
+        segments.append(ColumnSums(column_sums, summed, tuple(compute_dtype(s.dtype) for s in summed)))
+    return tuple(segments) + (Store(tuple(s for j, s in enumerate(outputs) if j not in column_sums)),)
 
 
 def _rows_fold(pipeline: PipelineIR, binding: Binding, at: int) -> RowsReduce:

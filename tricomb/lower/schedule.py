@@ -75,6 +75,15 @@ def schedule_attach(M, K, inner, interpret, num_sms=0):
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": split, "num_warps": warps}
 
 
+def column_programs(M, block_m, interpret, num_sms, wanted=None):
+    """How many programs step through the row tiles of a plan with fields summed over the rows: ``wanted`` (a
+    schedule override, ``PROGRAMS``), else two an SM (a row of up to 16384 elements held in registers leaves room
+    for about two such programs an SM), or four on the interpreter, which runs programs one after another; never
+    more than there are row tiles, and at least one."""
+    count = wanted if wanted is not None else 4 if interpret else 2 * num_sms
+    return max(1, min(triton.cdiv(M, block_m), count))
+
+
 def share_rows(M, K, block_m, block_k, num_sms):
     """How many programs share each row tile of an attach plan: 1, or when the rows are longer than a tile and
     their tiles fill at most half the GPU (a whole array, a few long rows), as many as the SMs allow (one program

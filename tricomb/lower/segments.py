@@ -9,6 +9,7 @@ A plan is a sequence of segments, each a frozen dataclass selected by its type:
   look-back);
 * :class:`Attach`: an attached reduce's row results broadcast back to the row's elements;
 * :class:`RowsReduce`: a reduce of the rows' results after the per-row one, finished by the last program;
+* :class:`ColumnSums`: fields of the elements summed over the rows, finished by the last programs;
 * :class:`Store`: the results written.
 
 ``map exp`` is ``Elementwise(map exp), Store``; ``scan maximum | zip_with sub | max`` is ``Elementwise(),
@@ -157,10 +158,24 @@ class RowsReduce(_Fold):
 
 
 @dataclass(frozen=True, slots=True)
+class ColumnSums:
+    """Result fields ``fields`` summed over the rows into ``outputs`` instead of stored element by element
+    (:attr:`~tricomb.pipeline.ir.PipelineIR.column_sums`), accumulated in ``acc_dtypes``: the programs step
+    through the row tiles (as many programs as fill the GPU), each folding its rows' elements into a partial per
+    position along the row; the program drawing the last ticket of a group of programs folds the group's
+    partials, and the one drawing the last group's ticket folds the groups' and stores the sums, each in index
+    order (so a run gives the same result as the last)."""
+
+    fields: tuple[int, ...]
+    outputs: tuple[Slot, ...]
+    acc_dtypes: tuple[torch.dtype, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Store:
     """The results written: one output slot per result field."""
 
     outputs: tuple[Slot, ...]
 
 
-Segment = Union[Elementwise, TileReduce, TileScan, Ticket, LookBack, Attach, OneHot, RowsReduce, Store]
+Segment = Union[Elementwise, TileReduce, TileScan, Ticket, LookBack, Attach, OneHot, RowsReduce, ColumnSums, Store]

@@ -236,7 +236,17 @@ def evaluate_fields(pipeline: PipelineIR, inputs: list[torch.Tensor], after_op: 
                 "inputs " + ", ".join(f"{tuple(t.shape)} {str(t.dtype)[6:]}" for t in inputs)
             raise StageError(f"torch rejects stage {i} ({stage_text(stage)}) on {what}: {exc}",
                              stage.location) from None
-    return stream
+    return column_summed(pipeline, stream) if pipeline.column_sums else stream
+
+
+def column_summed(pipeline: PipelineIR, stream: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The result fields ``pipeline.column_sums`` names, summed over the rows: every axis the attaches keep, kept
+    with size 1, in the field's dtype (torch accumulates a half type's sum in float32)."""
+    rank = stream[0].dim()
+    folded = iteration_axes(next(s for s in pipeline.stages if isinstance(s, Attach)).reduce, rank)
+    kept = [d for d in range(rank) if d not in folded]
+    return [f.sum(dim=kept, keepdim=True, dtype=f.dtype) if j in pipeline.column_sums and kept else f
+            for j, f in enumerate(stream)]
 
 
 def attach_fields(stage: Attach, xs: list[torch.Tensor], after_op: OpHook = _identity) -> list[torch.Tensor]:

@@ -116,9 +116,17 @@ Stage = Union[Map, ZipWith, Reduce, Scan, Attach]
 
 @dataclass(frozen=True, slots=True)
 class PipelineIR:
-    """An ordered, non-empty tuple of stages."""
+    """An ordered, non-empty tuple of stages.
+
+    ``column_sums``: result fields that the kernel sums over the rows instead of storing them element by element,
+    for a pipeline of attaches (no reduce or scan outside them): each such field's result has the stream's shape
+    with size 1 along every axis the attaches keep, the sum over those axes, accumulated in the field's compute
+    dtype (float32 for half types) and rounded once to its dtype. The norms' backward asks for it (a weight's
+    gradient, the per-element terms summed over the rows, in the kernel of the input's): no user stage writes it.
+    """
 
     stages: tuple[Stage, ...]
+    column_sums: tuple[int, ...] = ()
 
     @property
     def num_inputs(self) -> int:

@@ -118,6 +118,9 @@ def stage_text(stage: Stage) -> str:
 
 
 def pipeline_text(pipeline: PipelineIR) -> str:
-    """The whole pipeline: stages joined by ``|``."""
-    return " | ".join(stage_text(s) for s in pipeline.stages)
+    """The whole pipeline: stages joined by ``|``, then the fields summed over the rows, if any."""
+    text = " | ".join(stage_text(s) for s in pipeline.stages)
+    if pipeline.column_sums:
+        text += f"; fields {', '.join(map(str, pipeline.column_sums))} summed over the rows"
+    return text
 

@@ -239,7 +239,21 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
             raise UnsupportedError("this reduce's operator does not commute, and the reversed scan before it "
                                    "hands it the scanned values from the last to the first, not in index order; "
                                    "split it into two pipelines (the scan, then the reduce)", stage.location)
+    if pipeline.column_sums:
+        _check_column_sums(pipeline, combines, attached, widths[-1])
     return pipeline
+
+
+def _check_column_sums(pipeline: PipelineIR, combines: list[Stage], attached: bool, width: int) -> None:
+    """Fields summed over the rows (:attr:`~.ir.PipelineIR.column_sums`) come from the element stream of a
+    pipeline of attaches: the programs that hold its rows fold them."""
+    sums = pipeline.column_sums
+    if not attached or combines:
+        raise UnsupportedError("column_sums needs a pipeline of attaches with no reduce or scan outside them (the "
+                               "fields summed are the elements of its rows)", pipeline.stages[-1].location)
+    if len(set(sums)) != len(sums) or not all(isinstance(j, int) and 0 <= j < width for j in sums):
+        raise UnsupportedError(f"column_sums={sums!r} must name distinct result fields, each in [0, {width})",
+                               pipeline.stages[-1].location)
 
 
 _ORDINALS = {2: "second", 3: "third"}
