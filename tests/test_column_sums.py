@@ -63,6 +63,23 @@ def test_every_field_summed_and_a_strided_input(plan, device):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("plan", PLANS, ids=PLAN_IDS)
+@pytest.mark.parametrize("weight_shape", [(20,), (1, 20), (30, 20)], ids=["row", "row-2d", "full"])
+def test_an_input_constant_along_the_rows_is_read_once_a_program(weight_shape, plan, device):
+    """A weight broadcast along the rows (loaded once by each program stepping through row tiles) and one that
+    is not give the same sums as torch."""
+    pipe = (tc.zip_with(lambda x, w: (x, x * w)) >> tc.attach(tc.map(lambda x, h: x * h) >> tc.sum(axis=-1))
+            >> tc.map(lambda x, h, s: (h * s, x * h)))
+    x = torch.randn(30, 20, dtype=torch.float64, device=device)
+    w = torch.randn(weight_shape, dtype=torch.float64, device=device)
+    with schedule_overrides(**plan):
+        got = _summed(pipe, (1,))(x, w)
+    h = x * w
+    s = (x * h).sum(-1, keepdim=True)
+    torch.testing.assert_close(got[0], h * s, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got[1], (x * h).sum(0, keepdim=True), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_fields_are_summed_in_float32_and_rounded_once(dtype, device):
     """A half field's sum is accumulated in float32: within one rounding of the float32 sum of its values, where

@@ -7,7 +7,9 @@ import threading
 
 import pytest
 import torch
+import triton
 
+import tricomb as tc
 from tricomb.codegen import host
 from tricomb.runtime import binaries
 
@@ -81,6 +83,35 @@ def test_check_layout_takes_the_layout_class_and_refuses_others():
     host._check_layout((4, 6), [(6, 1)], ((0, 1),))  # one run in memory
     with pytest.raises(ValueError, match="laid out differently"):
         host._check_layout((4, 6), [(6, 1), (1, 4)], ((0, 1),))  # a transposed tensor breaks the run
+
+
+def test_check_constant_refuses_an_input_that_varies_where_the_module_reads_it_once():
+    shape, axes = (4, 6), (1,)
+    host._check_constant(shape, axes, [((1, 0), "folded"), ((0, 1), "kept")])
+    host._check_constant((1, 6), axes, [((6, 1), "kept")])  # one row: nothing to vary along
+    with pytest.raises(ValueError, match="once along the folded axes"):
+        host._check_constant(shape, axes, [((6, 1), "folded")])
+    with pytest.raises(ValueError, match="once along the kept axes"):
+        host._check_constant(shape, axes, [((6, 1), "kept")])
+
+
+def test_a_module_reading_an_input_once_a_row_refuses_one_that_varies_along_the_row():
+    """The module of ``(a, b) -> sum(a * b)`` for a ``(N, 1)`` b reads b once a row: launched on a ``(N, C)`` b
+    of the same layout class it refuses rather than read b's first column alone."""
+    import importlib.util
+    import tempfile
+    pipe = tc.zip_with(tc.mul) >> tc.sum(axis=-1)
+    a, column = torch.randn(5, 8), torch.randn(5, 1)
+    path = pathlib.Path(tempfile.mkdtemp()) / "emitted.py"
+    path.write_text(pipe.source(a, column))
+    spec = importlib.util.spec_from_file_location("emitted_row_input", path)
+    module = importlib.util.module_from_spec(spec)
+    with triton.knobs.runtime.scope():
+        triton.knobs.runtime.interpret = True  # (CPU tensors: the module's kernel as the interpreter's)
+        spec.loader.exec_module(module)
+    torch.testing.assert_close(module.launch(a, column), (a * column).sum(-1))
+    with pytest.raises(ValueError, match="once along the folded axes"):
+        module.launch(a, torch.randn(5, 8))
 
 
 def test_check_inputs_names_the_input_and_what_it_should_be():

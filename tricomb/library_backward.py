@@ -32,9 +32,23 @@ from .autograd.backward import define
 from .autograd.gather import summed_to
 from .pipeline import online
 from .pipeline.ir import PipelineIR
+from .pipeline.operators import Laws, declare_laws
 from .scalar.trace import BUILTINS
 
 exp, rsqrt, where = BUILTINS["exp"], BUILTINS["rsqrt"], BUILTINS["where"]
+
+
+# field-by-field sums of pairs and triples: sums, as torch.sum's (their laws declared, not sampled)
+_SUM2 = online.as_lambda(lambda a1, b1, a2, b2: (a1 + a2, b1 + b2), "the sum of pairs")
+_SUM3 = online.as_lambda(lambda a1, b1, c1, a2, b2, c2: (a1 + a2, b1 + b2, c1 + c2), "the sum of triples")
+declare_laws(_SUM2, (0.0, 0.0), Laws(True, True))
+declare_laws(_SUM3, (0.0, 0.0, 0.0), Laws(True, True))
+
+
+def _one(x):
+    """1 in ``x``'s dtype and shape (summed, it counts a row's elements; NaN where ``x`` is, whose row's
+    gradients are NaN anyway)."""
+    return where(x == x, 1.0, x)
 
 
 def _in_order(wanted, grads: dict) -> list:
@@ -73,9 +87,10 @@ def _summed(pipe: api.Pipeline, count: int) -> PipelineIR:
 
 def rms_norm(forward: api.Pipeline, eps: float, weight: bool, axis) -> None:
     def back(weight_grad: bool) -> PipelineIR:
-        stream = (_weighted(weight) >> api.attach(api.map(lambda x, h, g: x * x) >> api.mean(axis=axis))
-                  >> api.map(lambda x, h, g, ms: (x, h, g, rsqrt(ms + eps)))
-                  >> api.attach(api.map(lambda x, h, g, r: h * x) >> api.mean(axis=axis)))
+        # one fold for both row sums the formula needs (and the row's length, counted)
+        stream = (_weighted(weight) >> api.attach(api.map(lambda x, h, g: (x * x, h * x, _one(x)))
+                                                  >> api.reduce(_SUM3, axis=axis, identity=(0.0, 0.0, 0.0)))
+                  >> api.map(lambda x, h, g, sxx, shx, n: (x, h, g, rsqrt(sxx / n + eps), shx / n)))
         if weight_grad:
             return _summed(stream >> api.map(lambda x, h, g, r, m: (r * h - r * r * r * x * m, g * x * r)), 1)
         return (stream >> api.map(lambda x, h, g, r, m: r * h - r * r * r * x * m)).ir
@@ -94,18 +109,20 @@ def rms_norm(forward: api.Pipeline, eps: float, weight: bool, axis) -> None:
 
 def layer_norm(forward: api.Pipeline, eps: float, weight: bool, bias: bool, axis) -> None:
     def back(weight_grad: bool, bias_grad: bool) -> PipelineIR:
-        stream = (_weighted(weight) >> api.attach(api.map(lambda x, h, g: x) >> api.mean(axis=axis))
-                  >> api.map(lambda x, h, g, mu: (x - mu, h, g))
-                  >> api.attach(api.map(lambda d, h, g: d * d) >> api.mean(axis=axis))
-                  >> api.map(lambda d, h, g, var: (d * rsqrt(var + eps), h, g, rsqrt(var + eps)))
-                  >> api.attach(api.map(lambda xh, h, g, r: h) >> api.mean(axis=axis))
-                  >> api.attach(api.map(lambda xh, h, g, r, mh: h * xh) >> api.mean(axis=axis)))
-        dx = api.map(lambda xh, h, g, r, mh, mhx: r * (h - mh - xh * mhx))
+        # two folds: the sums of x and h (and the row's length); then of d * d and h * d, d = x - mean, since
+        # mean(h * xh) = r * mean(h * d)
+        stream = (_weighted(weight) >> api.attach(api.map(lambda x, h, g: (x, h, _one(x)))
+                                                  >> api.reduce(_SUM3, axis=axis, identity=(0.0, 0.0, 0.0)))
+                  >> api.map(lambda x, h, g, sx, sh, n: (x - sx / n, h, g, sh / n, n))
+                  >> api.attach(api.map(lambda d, h, g, mh, n: (d * d, h * d))
+                                >> api.reduce(_SUM2, axis=axis, identity=(0.0, 0.0)))
+                  >> api.map(lambda d, h, g, mh, n, sdd, shd: (d, h, g, mh, rsqrt(sdd / n + eps), shd / n)))
+        dx = api.map(lambda d, h, g, mh, r, mhd: r * (h - mh - d * r * r * mhd))
         if not (weight_grad or bias_grad):
             return (stream >> dx).ir
         # dx, then the weight's term g * xh and the bias's g, each summed over the rows in the same kernel
-        terms = api.map(lambda xh, h, g, r, mh, mhx: (r * (h - mh - xh * mhx),)
-                        + ((g * xh,) if weight_grad else ()) + ((g,) if bias_grad else ()))
+        terms = api.map(lambda d, h, g, mh, r, mhd: (r * (h - mh - d * r * r * mhd),)
+                        + ((g * d * r,) if weight_grad else ()) + ((g,) if bias_grad else ()))
         return _summed(stream >> terms, weight_grad + bias_grad)
     flags = [(w_, b_) for w_ in ((False, True) if weight else (False,)) for b_ in ((False, True) if bias else (False,))]
     pipes = {flag: back(*flag) for flag in flags}

@@ -1,12 +1,14 @@
 """The norms' forward and backward apart (G2 RMSNorm bf16 65536 x 8192, G3 LayerNorm f32 32768 x 8192): tricomb's
 forward alone, its backward alone (one attach kernel with the weight's and bias's gradients summed over the rows)
 under the autotuner and under the heuristic's schedule with several program counts and warps, and Liger-Kernel's
-forward and backward alone, in milliseconds by ``do_bench``.
+forward and backward alone, in milliseconds by ``do_bench``; then the backward kernel alone with its terms
+stored instead of summed, and with several program counts and warps.
 
     python bench/experiments/norm_backward.py
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import tricomb as tc  # noqa: E402
+from tricomb.runtime import operator  # noqa: E402
 from tricomb.testing import schedule_overrides  # noqa: E402
 
 
@@ -38,19 +41,30 @@ def _times(fn, inputs, cotangent) -> tuple[float, float]:
     return forward, backward
 
 
+def _kernel_ms(ir, tensors, **overrides) -> float:
+    """The backward kernel alone, launched in this thread (autograd's engine runs a CUDA backward on its own
+    thread, which the overrides' context does not reach)."""
+    with schedule_overrides(**overrides):
+        operator.run_fields(ir, tensors)
+        return do_bench(lambda: operator.run_fields(ir, tensors), warmup=10, rep=100)
+
+
 def main() -> None:
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     for name, (ours, liger, inputs) in _cases().items():
         cotangent = torch.randn_like(ours(*inputs))
         print(f"{name} Liger forward, backward ms: {_times(liger, inputs, cotangent)}", flush=True)
-        print(f"{name} tricomb tuned forward, backward ms: {_times(ours, inputs, cotangent)}", flush=True)
+        print(f"{name} tricomb forward, backward ms: {_times(ours, inputs, cotangent)}", flush=True)
         os.environ["TRICOMB_AUTOTUNE"] = "0"
-        print(f"{name} tricomb heuristic forward, backward ms: {_times(ours, inputs, cotangent)}", flush=True)
-        for programs in (num_sms, 2 * num_sms, 4 * num_sms):
-            for warps in (8, 16, 32):
-                with schedule_overrides(PROGRAMS=programs, num_warps=warps):
-                    print(f"{name} tricomb PROGRAMS={programs} num_warps={warps} forward, backward ms: "
-                          f"{_times(ours, inputs, cotangent)}", flush=True)
+        ((ir, tensors),) = operator.backward_kernels(ours.ir, inputs)
+        tensors = [torch.randn_like(t) if t.is_floating_point() else t for t in tensors]
+        print(f"{name} backward kernel, heuristic: {_kernel_ms(ir, tensors):.3f} ms", flush=True)
+        stored = dataclasses.replace(ir, column_sums=())
+        print(f"{name} backward kernel, terms stored: {_kernel_ms(stored, tensors):.3f} ms", flush=True)
+        for programs in (num_sms, 2 * num_sms):
+            for warps in (8, 16):
+                print(f"{name} backward kernel, PROGRAMS={programs} num_warps={warps}: "
+                      f"{_kernel_ms(ir, tensors, PROGRAMS=programs, num_warps=warps):.3f} ms", flush=True)
         del os.environ["TRICOMB_AUTOTUNE"]
         torch.cuda.empty_cache()
 

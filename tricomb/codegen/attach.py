@@ -12,6 +12,7 @@ The plan's segments are walked once per pass over a row's elements (:class:`_Pas
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -24,8 +25,8 @@ from .combine import accumulate, after_fold, row_totals, split_groups, start_acc
 from .fold import masked_fields, reduce_tile
 from .exchange import emit_exchange
 from .rows import emit_rows_reduce
-from .kernel import (POSITION, emit_coordinates, emit_loads, emit_offsets, emit_stages, fields, first_stream,
-                     program_ids, row_slots, store, uses_position)
+from .kernel import (POSITION, column_slots, emit_coordinates, emit_loads, emit_offsets, emit_stages, fields,
+                     first_stream, program_ids, row_slots, store, uses_position)
 from .scalar import ScalarContext, Value, emit_function
 from .writer import Writer
 
@@ -42,12 +43,13 @@ class _Pass:
 
     def __init__(self, w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], address: dict,
                  results: dict[int, list[Value]], accs: dict[int, list[str]], whole: bool, tile: str = TILE,
-                 share=None):
+                 share=None, hoisted: dict[str, Value] | None = None):
         self.w, self.ctx, self.p, self.combines, self.address = w, ctx, p, combines, address
         self.results, self.accs, self.whole, self.tile = results, accs, whole, tile
         self.share = share or _held
         self.totals: dict[int, list[str]] = {}
-        self.values: dict[str, Value] = {}
+        self.hoisted = hoisted or {}  # inputs loaded before the loop over row tiles (:func:`_hoisted`)
+        self.values: dict[str, Value] = dict(self.hoisted)
 
     def run(self, until: int | None) -> None:
         p, w = self.p, self.w
@@ -85,8 +87,8 @@ class _Pass:
 
     def _load(self, phase: int) -> None:
         """The inputs of ``phase`` (:class:`~tricomb.lower.segments.Slot`), at this tile's addresses."""
-        self.values.update(emit_loads(self.w, self.ctx, self.p, self.p.joining(phase), self.address, "mask",
-                                      once=row_slots(self.p)))
+        slots = [s for s in self.p.joining(phase) if s.name not in self.hoisted]
+        self.values.update(emit_loads(self.w, self.ctx, self.p, slots, self.address, "mask", once=row_slots(self.p)))
 
     def _fold_of(self, segment: Elementwise) -> int:
         """The number of the attached fold whose pipeline ``segment``'s stages belong to."""
@@ -211,12 +213,12 @@ def _final(w: Writer, ctx: ScalarContext, p: KernelPlan, totals: list[str], rows
 
 
 def _whole_row(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...], rows: _Rows,
-               attached_only: bool) -> None:
+               attached_only: bool, hoisted: dict[str, Value] | None = None) -> None:
     """The row in one tile: one pass through every segment (with ``attached_only``, up to the last attached fold's
-    row results)."""
+    row results); ``hoisted``, inputs loaded already (:func:`_hoisted`)."""
     accs = {n: _start(w, n, f) for n, f in enumerate(p.folds) if f.per_row}
     address = _tile(w, p, rows, "tl.arange(0, BLOCK_K)")
-    one = _Pass(w, ctx, p, combines, address, {}, accs, whole=True)
+    one = _Pass(w, ctx, p, combines, address, {}, accs, whole=True, hoisted=hoisted)
     last = max((n for n, f in enumerate(p.folds) if f.attached), default=None)
     one.run(last if attached_only else None)
     if attached_only:
@@ -295,15 +297,54 @@ def emit_attach_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
 def _row_tiles(w: Writer, ctx: ScalarContext, p: KernelPlan, whole: tuple[str, ...], swept: tuple[str, ...],
                kept: list[int], reduced: list[int]) -> None:
     """With fields summed over the rows: ``PROGRAMS`` programs step through the row tiles, each keeping its
-    partial of those fields across them (:mod:`.columns`), which the last programs fold after the loop."""
+    partial of those fields across them (:mod:`.columns`), which the last programs fold after the loop. One
+    loop for rows held in a tile and one for swept rows, so that neither holds the other's registers."""
     w.line("program = tl.program_id(0)")
     start_column_sums(w, p.column_sums)
+    with w.block("if K <= BLOCK_K:"):
+        w.comment("each row is one tile: read once, held on chip through every fold")
+        hoisted = _hoisted(w, ctx, p, reduced)
+        with _each_tile(w):
+            _whole_row(w, ctx, p, whole, _row_prologue(w, p, kept, reduced, None), attached_only=False,
+                       hoisted=hoisted)
+    with w.block("else:"):
+        with _each_tile(w):
+            _sweeps(w, ctx, p.long_rows or p, swept, _row_prologue(w, p, kept, reduced, None), attached_only=False)
+    emit_column_finish(w, ctx, p, reduced)
+
+
+def _hoisted(w: Writer, ctx: ScalarContext, p: KernelPlan, reduced: list[int]) -> dict[str, Value]:
+    """The inputs constant along the rows (:func:`~.kernel.column_slots`: a norm's weight), loaded once as one
+    row of a tile for every row tile the program steps through, rather than again for each (from L2, the bytes of
+    another input)."""
+    slots = [s for s in p.inputs if s.name in column_slots(p)]
+    if not slots:
+        return {}
+    w.comment("inputs constant along the rows: loaded once, for every row tile")
+    w.line("ks = tl.arange(0, BLOCK_K)")
+    with w.block("if WIDE:"):
+        w.line("ks = ks.to(tl.int64)")
+    offsets = emit_offsets(w, "ks", reduced, slots, "k")
+    return emit_loads(w, ctx, p, slots, {s.name: f"{offsets[s.name]}[None, :]" for s in slots}, "(ks < K)[None, :]")
+
+
+@contextmanager
+def _each_tile(w: Writer):
+    """The loop of a program over its row tiles ``pid_m``: every ``PROGRAMS``-th from its own."""
     with w.block("for tile in range(program, (M + BLOCK_M - 1) // BLOCK_M, PROGRAMS):"):
         w.line("pid_m = tile")
         with w.block("if WIDE:"):
             w.line("pid_m = pid_m.to(tl.int64)", comment="offsets may pass 2**31 - 1: index in int64")
-        _rows_body(w, ctx, p, whole, swept, kept, reduced, None)
-    emit_column_finish(w, ctx, p, reduced)
+        yield
+
+
+def _row_prologue(w: Writer, p: KernelPlan, kept: list[int], reduced: list[int], over_rows: str | None) -> _Rows:
+    """Row tile ``pid_m``'s rows, their mask, offsets and coordinates."""
+    w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
+    w.line("row_mask = rows < M")
+    offsets = emit_offsets(w, "rows", kept, p.slots, "r", coords := {})
+    emit_coordinates(w, p, "row", [(coords, "")], "[BLOCK_M]")
+    return _Rows(offsets, coords, reduced, over_rows)
 
 
 def _rows_body(w: Writer, ctx: ScalarContext, p: KernelPlan, whole: tuple[str, ...], swept: tuple[str, ...],
@@ -311,11 +352,7 @@ def _rows_body(w: Writer, ctx: ScalarContext, p: KernelPlan, whole: tuple[str, .
     """Row tile ``pid_m``: its rows held or swept (:func:`emit_attach_body`)."""
     long = p.long_rows or p
     hot = p.one_hot is not None
-    w.line("rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)")
-    w.line("row_mask = rows < M")
-    offsets = emit_offsets(w, "rows", kept, p.slots, "r", coords := {})
-    emit_coordinates(w, p, "row", [(coords, "")], "[BLOCK_M]")
-    rows = _Rows(offsets, coords, reduced, over_rows)
+    rows = _row_prologue(w, p, kept, reduced, over_rows)
     if p.shareable:
         with w.block("if SHARED:"):
             _shared(w, ctx, long, swept, rows)

@@ -251,6 +251,17 @@ def _check_layout(shape, strides, groups):
                          "from those the module was generated for; emit a module for them with pipe.source(...)")
 
 
+def _check_constant(shape, axes, held):
+    """The inputs the module reads once a row (constant along the ``folded`` axes) or once a program (along the
+    ``kept`` ones) broadcast along those axes here too: each ``(strides, along)`` of ``held`` has stride 0 along
+    every such dimension of size > 1."""
+    for strides, along in held:
+        dims = [d for d in range(len(shape)) if (d in axes) == (along == "folded")]
+        if any(strides[d] != 0 and shape[d] > 1 for d in dims):
+            raise ValueError(f"launch: an input the module was generated to read once along the {along} axes "
+                             "varies along them here; emit a module for these inputs with pipe.source(...)")
+
+
 def _broadcast(*shapes):
     """The broadcast of ``shapes`` by torch's rule (align right; sizes equal, or 1). torch.broadcast_shapes
     gives the same, but its first call imports sympy (seconds), which a new process would pay on its first

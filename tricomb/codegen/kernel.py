@@ -135,6 +135,12 @@ def row_slots(p: KernelPlan) -> frozenset[str]:
     return frozenset(f"in{i}" for i, once in enumerate(p.binding.row_inputs) if once)
 
 
+def column_slots(p: KernelPlan) -> frozenset[str]:
+    """The inputs constant along the kept axes (stride 0 along each: a norm's weight beside its input), which a
+    program stepping through row tiles loads once."""
+    return frozenset(f"in{i}" for i, once in enumerate(p.binding.column_inputs) if once)
+
+
 def emit_loads(w: Writer, ctx: ScalarContext, p: KernelPlan, slots, address: dict[str, str],
                mask: str, whole: str | None = None, once: frozenset[str] = frozenset()) -> dict[str, Value]:
     """Load each slot at its address expression, converted to its compute dtype; a slot in ``once`` (of

@@ -171,6 +171,12 @@ def _emit_layout(w: Writer, p: KernelPlan) -> None:
     with w.block("if not _checked:"):
         w.line(f"_check_layout(shape, [{', '.join(f'st_{s.name}' for s in p.slots)}], "
                f"{_int_tuple(tuple(g.dims for g in b.groups))})")
+        constant = [(s.name, along) for s, row, column in zip(p.inputs, b.row_inputs or [False] * len(p.inputs),
+                                                               b.column_inputs or [False] * len(p.inputs))
+                    for along, held in (("folded", row), ("kept", column)) if held]
+        if constant:
+            w.line(f"_check_constant(shape, {_int_tuple(b.axes)}, "
+                   f"[{', '.join(f'(st_{name}, {along!r})' for name, along in constant)}])")
     for g, grp in groups:
         w.line(f"{group_size(g)} = {_product([f'shape[{number_literal(d)}]' for d in grp.dims])}")
     for slot in p.slots:
@@ -225,9 +231,10 @@ def emit_rows_scratch(w: Writer, p: KernelPlan) -> None:
 
 def emit_columns_scratch(w: Writer, p: KernelPlan) -> None:
     """The scratch of fields summed over the rows (:mod:`.columns`): ``programs`` of them step through the row
-    tiles (:func:`~tricomb.lower.schedule.column_programs`); per field a
+    tiles (``PROGRAMS``, :func:`~tricomb.lower.schedule.schedule_attach`); per field a
     partial per program and per group of programs, and a ticket per group and one for the groups."""
-    w.line("programs = column_programs(M, cfg['BLOCK_M'], interpret, _num_sms(device), cfg.get('PROGRAMS'))")
+    w.line("programs = max(1, min(cfg['PROGRAMS'], triton.cdiv(M, cfg['BLOCK_M'])))",
+           comment="(no more than there are row tiles)")
     w.line(f"groups = triton.cdiv(programs, {GROUP})")
     sums = p.column_sums
     for name, dtype in zip(partial_buffers(sums), sums.acc_dtypes):

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from ..lower.bind import Group
 from ..lower.fuse import KernelPlan
-from ..lower.schedule import column_programs, schedule_attach
+from ..lower.schedule import schedule_attach
 from ..lower.segments import Attach, Elementwise, TileReduce, TileScan
 from ..pipeline.printer import stage_text
 from .attach import emit_attach_body
@@ -260,6 +260,8 @@ class AttachKernel(KernelStrategy):
         emit_attach_body(w, ctx, self.plan, combines)
 
     def schedule_call(self, inner: str) -> str:
+        if self.plan.column_sums is not None:
+            return f"schedule_attach(M, K, {inner}, interpret, _num_sms(in0.device), columns=True)"
         sms = ", _num_sms(in0.device)" if self.plan.shareable else ""
         return f"schedule_attach(M, K, {inner}, interpret{sms})"
 
@@ -284,7 +286,8 @@ class AttachKernel(KernelStrategy):
         axes = self.plan.binding.axes
         K = math.prod(shape[d] for d in axes)
         M = math.prod(n for d, n in enumerate(shape) if d not in axes)
-        cfg = schedule_attach(M, K, inner, interpret, num_sms if self.plan.shareable else 0)
+        columns = self.plan.column_sums is not None
+        cfg = schedule_attach(M, K, inner, interpret, num_sms if self.plan.shareable or columns else 0, columns)
         tiles = f"tiles of {cfg['BLOCK_M']} x {cfg['BLOCK_K']}"
         if cfg["SPLIT"] > 1:
             part = math.ceil(K / cfg["SPLIT"])
@@ -292,9 +295,8 @@ class AttachKernel(KernelStrategy):
             return [f"  chosen for these inputs: {M} rows of {K} elements, each shared by {cfg['SPLIT']} programs "
                     f"(one an SM), {tiles}: each part of {part} elements {how}, the programs exchanging each "
                     "attached fold's partials"]
-        if self.plan.column_sums is not None:
-            tiles += (f", {column_programs(M, cfg['BLOCK_M'], interpret, num_sms, cfg.get('PROGRAMS'))} programs stepping through the "
-                      "row tiles")
+        if columns:
+            tiles += f", {cfg['PROGRAMS']} programs stepping through the row tiles"
         if K <= cfg["BLOCK_K"]:
             return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row read once, held on chip"]
         if self.plan.one_hot is not None:

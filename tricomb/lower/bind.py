@@ -53,6 +53,9 @@ class Binding:
     default_dtype: torch.dtype  # torch.get_default_dtype(): the dtype of Python floats meeting integers
     # per input: constant along the folded axes (stride 0 along each of size > 1), so loaded once a row
     row_inputs: tuple[bool, ...] = ()
+    # per input, with fields summed over the rows: constant along the kept axes (a norm's weight), so loaded once by
+    # a program stepping through row tiles
+    column_inputs: tuple[bool, ...] = ()
 
 
 def combine_stage(pipeline: PipelineIR, start: int = 0) -> tuple[int, Reduce | Scan | None]:
@@ -385,7 +388,8 @@ def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Fie
     binding = Binding(tensors[0].device.type, tuple(t.dtype for t in tensors), ranks,
                       len(shape), axes, coalesce(shape, axes, strides, order, read), tuple(f.dtype for f in fields),
                       tuple(f.order for f in fields), torch.get_default_dtype(),
-                      _row_inputs(shape, axes, strides[:len(tensors)]))
+                      _row_inputs(shape, axes, strides[:len(tensors)]),
+                      _column_inputs(shape, axes, strides[:len(tensors)]) if pipeline.column_sums else ())
     return binding, fields
 
 
@@ -394,6 +398,14 @@ def _row_inputs(shape, axes: tuple[int, ...], strides: list[tuple[int, ...]]) ->
     dimension of size > 1 (rows of no element read nothing, not even once)."""
     long = math.prod(shape[d] for d in axes) > 1
     return tuple(long and all(st[d] == 0 for d in axes if shape[d] > 1) for st in strides)
+
+
+def _column_inputs(shape, axes: tuple[int, ...], strides: list[tuple[int, ...]]) -> tuple[bool, ...]:
+    """Per input, whether it is constant along the kept axes of more than one row: stride 0 along every kept
+    dimension of size > 1."""
+    kept = [d for d in range(len(shape)) if d not in axes]
+    many = bool(axes) and math.prod(shape[d] for d in kept) > 1
+    return tuple(many and all(st[d] == 0 for d in kept if shape[d] > 1) for st in strides)
 
 
 def _folded_stages(pipeline: PipelineIR) -> list[Reduce | Scan]:
