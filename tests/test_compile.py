@@ -234,8 +234,19 @@ def test_cuda_graphs_serve_every_size_without_recompiling(name):
     compiled, counter = _compiled(pipe, dynamic=True)
     for shape in shapes:
         x = torch.randn(shape, device="cuda")
-        torch.testing.assert_close(compiled(x), pipe(x), rtol=1e-4, atol=1e-4)
+        if name.startswith("cumsum"):
+            _assert_prefix_sums_close(compiled(x), pipe(x), x)
+        else:
+            torch.testing.assert_close(compiled(x), pipe(x), rtol=1e-4, atol=1e-4)
     assert counter.frame_count == 1
+
+
+def _assert_prefix_sums_close(got, want, x, scale=1.0):
+    """Two float32 prefix sums of ``x`` (times ``scale``) agree within a few roundings of each running sum of
+    magnitudes: a look-back scan takes each tile's prefix from whichever predecessors have published, so its
+    rounding order, and its last bits, differ from one run to the next (docs/numerics.md)."""
+    bound = 8 * torch.finfo(torch.float32).eps * x.abs().cumsum(-1) * abs(scale) + 1e-6
+    assert bool(((got - want).abs() <= bound).all()), float(((got - want).abs() - bound).max())
 
 
 @_CUDA
@@ -264,7 +275,7 @@ def test_a_cuda_scan_under_compile_runs_through_the_opaque_operator():
     compiled = torch.compile(lambda t: pipe(t) * 2, fullgraph=True)
     got, codes = run_and_get_code(compiled, x)
     assert "tricomb.pipeline" in "\n".join(codes)
-    torch.testing.assert_close(got, pipe(x) * 2)
+    _assert_prefix_sums_close(got, pipe(x) * 2, x, scale=2.0)
 
 
 @_CUDA
