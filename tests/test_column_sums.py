@@ -133,3 +133,21 @@ def test_an_integer_field_is_refused():
     pipe = tc.attach(tc.sum(axis=-1)) >> tc.map(lambda v, s: (v, s))
     with pytest.raises(UnsupportedError, match="only float fields"):
         _summed(pipe, (1,))(torch.ones(4, 5, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("x_shape, p_shape", [((40, 12), (40, 12)), ((3, 5, 12), (5, 12)), ((3, 5, 12), (1, 12))])
+def test_the_norms_parameters_varying_along_the_rows_get_their_own_gradients(x_shape, p_shape):
+    """A weight or bias that is not one row for every row (the input's full shape, one per position of a 3-d
+    input) gets its gradient summed over the axes it broadcasts along only, as torch's."""
+    x = torch.randn(x_shape, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(p_shape, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(p_shape, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(x_shape, dtype=torch.float64)
+    c = x_shape[-1]
+    for ours, theirs, params in (
+            (tc.library.rms_norm(), lambda: torch.nn.functional.rms_norm(x, (c,), eps=1e-6) * w, (w,)),
+            (tc.library.layer_norm(), lambda: torch.nn.functional.layer_norm(x, (c,)) * w + b, (w, b))):
+        got = torch.autograd.grad(ours(x, *params), (x, *params), g)
+        want = torch.autograd.grad(theirs(), (x, *params), g)
+        for a, t in zip(got, want):
+            torch.testing.assert_close(a, t, rtol=1e-10, atol=1e-10)

@@ -85,6 +85,19 @@ def _summed(pipe: api.Pipeline, count: int) -> PipelineIR:
     return dataclasses.replace(pipe.ir, column_sums=tuple(range(width - count, width)))
 
 
+def _fitting(ir: PipelineIR, x, params, axis) -> PipelineIR:
+    """``ir`` where every parameter has size 1 along each kept axis of ``x`` (its gradient is the terms summed over
+    every row); else ``ir`` with its terms stored, for :func:`summed_to` to sum over the axes each broadcasts
+    along (a weight of ``x``'s full shape, or one per row of a 3-d input)."""
+    reduced = len(axis) if isinstance(axis, tuple) else 1
+    kept = x.dim() - reduced
+    for t in params:
+        shape = (1,) * (x.dim() - t.dim()) + tuple(t.shape)
+        if any(n != 1 for n in shape[:kept]):
+            return dataclasses.replace(ir, column_sums=())
+    return ir
+
+
 def rms_norm(forward: api.Pipeline, eps: float, weight: bool, axis) -> None:
     def back(weight_grad: bool) -> PipelineIR:
         # one fold for both row sums the formula needs (and the row's length, counted)
@@ -99,7 +112,7 @@ def rms_norm(forward: api.Pipeline, eps: float, weight: bool, axis) -> None:
     def rule(inputs, result, grads, wanted, run):
         x, g = inputs[0], grads[0]
         weight_grad = 1 in wanted
-        fields = run(pipes[weight_grad], (x, g, *inputs[1:]))
+        fields = run(_fitting(pipes[weight_grad], x, inputs[1:], axis), (x, g, *inputs[1:]))
         found = {0: fields[0].to(x.dtype)}
         if weight_grad:
             found[1] = summed_to(fields[1], inputs[1].shape, run).to(inputs[1].dtype)
@@ -131,7 +144,8 @@ def layer_norm(forward: api.Pipeline, eps: float, weight: bool, bias: bool, axis
         x, g = inputs[0], grads[0]
         b = 2 if weight else 1
         weight_grad, bias_grad = weight and 1 in wanted, bias and b in wanted
-        fields = run(pipes[weight_grad, bias_grad], (x, g, *(inputs[1:2] if weight else ())))
+        fields = run(_fitting(pipes[weight_grad, bias_grad], x, inputs[1:], axis),
+                     (x, g, *(inputs[1:2] if weight else ())))
         found = {0: fields[0].to(x.dtype)}
         if weight_grad:
             found[1] = summed_to(fields[1], inputs[1].shape, run).to(inputs[1].dtype)
