@@ -2,7 +2,8 @@
 the cotangent, as a hand-written kernel computes it (the chain of pullbacks through their attaches would read
 every row several times). Each is registered for its forward pipeline with :func:`tricomb.autograd.backward.
 define`; a weight's and a bias's gradients are the per-element terms summed over the rows, in the same kernel
-(``PipelineIR.column_sums``: no term is written and read back).
+(``PipelineIR.column_sums``: no term is written and read back) where the parameter is one for every row, else
+written and summed by :func:`summed_to` along the axes it broadcasts (:func:`_fitting`).
 
 The formulas, with ``g`` the cotangent of the result ``y`` along a row of ``n`` elements:
 
@@ -32,17 +33,12 @@ from .autograd.backward import define
 from .autograd.gather import summed_to
 from .pipeline import online
 from .pipeline.ir import PipelineIR
-from .pipeline.operators import Laws, declare_laws
 from .scalar.trace import BUILTINS
 
 exp, rsqrt, where = BUILTINS["exp"], BUILTINS["rsqrt"], BUILTINS["where"]
 
 
-# field-by-field sums of pairs and triples: sums, as torch.sum's (their laws declared, not sampled)
-_SUM2 = online.as_lambda(lambda a1, b1, a2, b2: (a1 + a2, b1 + b2), "the sum of pairs")
-_SUM3 = online.as_lambda(lambda a1, b1, c1, a2, b2, c2: (a1 + a2, b1 + b2, c1 + c2), "the sum of triples")
-declare_laws(_SUM2, (0.0, 0.0), Laws(True, True))
-declare_laws(_SUM3, (0.0, 0.0, 0.0), Laws(True, True))
+_SUM2, _SUM3 = online.SUM_PAIRS, online.SUM_TRIPLES
 
 
 def _one(x):

@@ -61,3 +61,10 @@ def taking(fn, n: int):
     fn.__signature__ = inspect.Signature([inspect.Parameter(f"f{i}", inspect.Parameter.POSITIONAL_ONLY)
                                           for i in range(n)])
     return fn
+
+# field-by-field sums of pairs and triples: sums, as torch.sum's (cross_entropy's loss and count, the norms'
+# backward row sums), their laws declared rather than sampled
+SUM_PAIRS = as_lambda(lambda a, h, b, k: (a + b, h + k), "the sum of pairs")
+SUM_TRIPLES = as_lambda(lambda a1, b1, c1, a2, b2, c2: (a1 + a2, b1 + b2, c1 + c2), "the sum of triples")
+declare_laws(SUM_PAIRS, (0.0, 0.0), Laws(True, True))
+declare_laws(SUM_TRIPLES, (0.0, 0.0, 0.0), Laws(True, True))
