@@ -12,6 +12,7 @@ import torch
 import tricomb as tc
 from tricomb.api import Pipeline
 from tricomb.errors import UnsupportedError
+from tricomb.lower.schedule import schedule_attach
 from tricomb.testing import schedule_overrides
 
 from conftest import one_launch
@@ -21,9 +22,11 @@ STREAM = (tc.zip_with(lambda x, g: (x, g)) >> tc.attach(tc.map(lambda x, g: x * 
           >> tc.map(lambda x, g, ms: (x * ms, g * x * ms, g)))
 
 # the row in one tile; swept in tiles of 8 (2 rows a tile); one row a tile over 37 programs (three groups of
-# the partials' first fold); one program for every row
-PLANS = [{}, {"BLOCK_K": 8, "BLOCK_M": 2}, {"BLOCK_M": 1, "PROGRAMS": 37}, {"BLOCK_K": 8, "PROGRAMS": 1}]
-PLAN_IDS = ["whole-row", "sweeps", "37-programs", "one-program"]
+# the partials' first fold); one program for every row; held rows with three row tiles' loads in flight
+# (software pipelining on the GPU, more tiles a program than stages)
+PLANS = [{}, {"BLOCK_K": 8, "BLOCK_M": 2}, {"BLOCK_M": 1, "PROGRAMS": 37}, {"BLOCK_K": 8, "PROGRAMS": 1},
+         {"BLOCK_M": 1, "PROGRAMS": 3, "ROW_STAGES": 3}]
+PLAN_IDS = ["whole-row", "sweeps", "37-programs", "one-program", "pipelined"]
 SHAPES = [(50, 20), (1, 7), (130, 33), (2, 3, 17), (0, 9), (6, 0)]
 
 
@@ -151,3 +154,19 @@ def test_the_norms_parameters_varying_along_the_rows_get_their_own_gradients(x_s
         want = torch.autograd.grad(theirs(), (x, *params), g)
         for a, t in zip(got, want):
             torch.testing.assert_close(a, t, rtol=1e-10, atol=1e-10)
+
+
+H200_SHARED = 232448  # bytes a block may opt in to on an H200
+
+
+@pytest.mark.parametrize("K, row_bytes, stages", [(8192, 4, 3), (8192, 8, 3), (8192, 16, 1), (16384, 8, 1),
+                                                  (20000, 4, 1)],
+                         ids=["bf16-pair", "f32-pair", "f64-pair", "f32-pair-16384", "swept"])
+def test_held_rows_get_three_tiles_in_flight_where_they_fit_in_shared_memory(K, row_bytes, stages):
+    """Three row tiles' loads in flight (and 8 warps) where three tiles fit in shared memory with room to spare;
+    none for rows swept in several tiles, whose loop is not the one pipelined, nor on the interpreter."""
+    cfg = schedule_attach(65536, K, True, False, 132, columns=True, row_bytes=row_bytes, shared_mem=H200_SHARED)
+    assert cfg["ROW_STAGES"] == stages, cfg
+    assert cfg["num_warps"] == (8 if stages > 1 else schedule_attach(65536, K, True, False)["num_warps"]), cfg
+    on_cpu = schedule_attach(65536, K, True, True, 1, columns=True, row_bytes=row_bytes, shared_mem=0)
+    assert on_cpu["ROW_STAGES"] == 1

@@ -183,7 +183,8 @@ def _chosen(plan: KernelPlan, inputs: tuple) -> list[str]:
     inner = not axes or x.stride(axes[-1]) == 1
     device = inputs[0].device
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
-    return strategy_for(plan).chosen(shape, inner, device.type != "cuda", sms)
+    from .codegen.host import _shared_mem  # (the emitted modules' own reading of the device)
+    return strategy_for(plan).chosen(shape, inner, device.type != "cuda", sms, _shared_mem(device))
 
 
 def build_map(f, where) -> Pipeline:

@@ -1,8 +1,9 @@
 """The norms' forward and backward apart (G2 RMSNorm bf16 65536 x 8192, G3 LayerNorm f32 32768 x 8192): tricomb's
-forward alone, its backward alone (one attach kernel with the weight's and bias's gradients summed over the rows)
-under the autotuner and under the heuristic's schedule with several program counts and warps, and Liger-Kernel's
-forward and backward alone, in milliseconds by ``do_bench``; then the backward kernel alone with its terms
-stored instead of summed, and with several program counts and warps.
+and Liger-Kernel's forward alone and backward alone (tricomb's: one attach kernel with the weight's and bias's
+gradients summed over the rows) under the autotuner, in milliseconds by ``do_bench``; then tricomb's backward
+kernel alone under the heuristic's schedule, with its terms stored instead of summed, and over several program
+counts, warps and row tiles in flight (``ROW_STAGES``: 1 is no software pipelining of the loop over the row
+tiles).
 
     python bench/experiments/norm_backward.py
 """
@@ -61,10 +62,12 @@ def main() -> None:
         print(f"{name} backward kernel, heuristic: {_kernel_ms(ir, tensors):.3f} ms", flush=True)
         stored = dataclasses.replace(ir, column_sums=())
         print(f"{name} backward kernel, terms stored: {_kernel_ms(stored, tensors):.3f} ms", flush=True)
-        for programs in (num_sms, 2 * num_sms):
-            for warps in (8, 16):
-                print(f"{name} backward kernel, PROGRAMS={programs} num_warps={warps}: "
-                      f"{_kernel_ms(ir, tensors, PROGRAMS=programs, num_warps=warps):.3f} ms", flush=True)
+        for stages in (1, 2, 3):
+            for programs in (num_sms, 2 * num_sms):
+                for warps in (8, 16):
+                    ms = _kernel_ms(ir, tensors, PROGRAMS=programs, num_warps=warps, ROW_STAGES=stages)
+                    print(f"{name} backward kernel, ROW_STAGES={stages} PROGRAMS={programs} num_warps={warps}: "
+                          f"{ms:.3f} ms", flush=True)
         del os.environ["TRICOMB_AUTOTUNE"]
         torch.cuda.empty_cache()
 

@@ -304,7 +304,7 @@ def _row_tiles(w: Writer, ctx: ScalarContext, p: KernelPlan, whole: tuple[str, .
     with w.block("if K <= BLOCK_K:"):
         w.comment("each row is one tile: read once, held on chip through every fold")
         hoisted = _hoisted(w, ctx, p, reduced)
-        with _each_tile(w):
+        with _each_tile(w, pipelined=True):
             _whole_row(w, ctx, p, whole, _row_prologue(w, p, kept, reduced, None), attached_only=False,
                        hoisted=hoisted)
     with w.block("else:"):
@@ -329,9 +329,12 @@ def _hoisted(w: Writer, ctx: ScalarContext, p: KernelPlan, reduced: list[int]) -
 
 
 @contextmanager
-def _each_tile(w: Writer):
-    """The loop of a program over its row tiles ``pid_m``: every ``PROGRAMS``-th from its own."""
-    with w.block("for tile in range(program, (M + BLOCK_M - 1) // BLOCK_M, PROGRAMS):"):
+def _each_tile(w: Writer, pipelined: bool = False):
+    """The loop of a program over its row tiles ``pid_m``: every ``PROGRAMS``-th from its own; ``pipelined``,
+    with ``ROW_STAGES`` tiles' loads in flight (Triton's software pipelining: the next tiles' loads are issued
+    while this one folds)."""
+    stages = ", num_stages=ROW_STAGES" if pipelined else ""
+    with w.block(f"for tile in tl.range(program, (M + BLOCK_M - 1) // BLOCK_M, PROGRAMS{stages}):"):
         w.line("pid_m = tile")
         with w.block("if WIDE:"):
             w.line("pid_m = pid_m.to(tl.int64)", comment="offsets may pass 2**31 - 1: index in int64")

@@ -17,6 +17,7 @@ import triton.testing
 _TICKETS = {}
 _STATUS_WORDS = {}
 _NUM_SMS = {}
+_SHARED_MEM = {}
 _TUNERS = {}
 TUNING = {"done": 0, "total": 0, "reporters": []}  # reporters(configs timed, configs): tricomb's progress bar
 
@@ -219,6 +220,17 @@ def _num_sms(device):
     if device not in _NUM_SMS:
         _NUM_SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
     return _NUM_SMS[device]
+
+
+def _shared_mem(device):
+    """The shared memory a block on ``device`` may opt in to, in bytes, as Triton reads it to check a kernel's
+    (0 on the CPU)."""
+    if device.type != "cuda":
+        return 0
+    if device not in _SHARED_MEM:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        _SHARED_MEM[device] = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+    return _SHARED_MEM[device]
 
 
 def _empty(shape, order, dtype, device):

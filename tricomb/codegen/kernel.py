@@ -141,6 +141,13 @@ def column_slots(p: KernelPlan) -> frozenset[str]:
     return frozenset(f"in{i}" for i, once in enumerate(p.binding.column_inputs) if once)
 
 
+def row_bytes(p: KernelPlan) -> int:
+    """The bytes a program stepping through row tiles loads for each element of a tile: the itemsizes of the
+    inputs not in :func:`column_slots` (an input read once a row is counted as if read at every element)."""
+    once = column_slots(p)
+    return sum(dtype.itemsize for i, dtype in enumerate(p.binding.dtypes) if f"in{i}" not in once)
+
+
 def emit_loads(w: Writer, ctx: ScalarContext, p: KernelPlan, slots, address: dict[str, str],
                mask: str, whole: str | None = None, once: frozenset[str] = frozenset()) -> dict[str, Value]:
     """Load each slot at its address expression, converted to its compute dtype; a slot in ``once`` (of

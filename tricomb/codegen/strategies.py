@@ -24,7 +24,7 @@ from ..lower.segments import Attach, Elementwise, TileReduce, TileScan
 from ..pipeline.printer import stage_text
 from .attach import emit_attach_body
 from .combine import emit_reduce_body, emit_scan_body
-from .kernel import Param, emit_map_body, fixed, given, layout_parameters, meta
+from .kernel import Param, emit_map_body, fixed, given, layout_parameters, meta, row_bytes
 from .columns import GROUP, group_buffers, partial_buffers
 from .launcher import (emit_columns_scratch, emit_look_back_scratch, emit_rows_scratch, emit_shared_scratch,
                        emit_ticket_scratch)
@@ -79,10 +79,11 @@ class KernelStrategy:
         """How :func:`describe` names a dimension group."""
         return group.kind
 
-    def chosen(self, shape: tuple[int, ...], inner: bool, interpret: bool, num_sms: int = 0) -> list[str]:
+    def chosen(self, shape: tuple[int, ...], inner: bool, interpret: bool, num_sms: int = 0,
+               shared_mem: int = 0) -> list[str]:
         """What the launch chooses for inputs broadcasting to ``shape`` (``inner``: a row's elements are contiguous)
-        on a device of ``num_sms`` SMs (0 for the CPU), as lines for ``explain``; none where nothing is chosen
-        beyond the tiles."""
+        on a device of ``num_sms`` SMs and ``shared_mem`` bytes of shared memory a block (0 for the CPU), as lines
+        for ``explain``; none where nothing is chosen beyond the tiles."""
         return []
 
     def description(self) -> list[str]:
@@ -246,7 +247,7 @@ class AttachKernel(KernelStrategy):
         if p.column_sums is not None:
             buffers = partial_buffers(p.column_sums) + group_buffers(p.column_sums)
             return (*_slots_given(p), *[fixed(name) for name in buffers], fixed(TICKETS), fixed("PROGRAMS", "programs"),
-                    *self._sizes(), meta("WIDE", "wide"))
+                    *self._sizes(), meta("ROW_STAGES"), meta("WIDE", "wide"))
         if not p.shareable:
             return (*_slots_given(p), *self._sizes(), meta("WIDE", "wide"))
         shared = [fixed(name) for n, fold in enumerate(_shared_folds(p)) for name in shared_partials(n, fold)]
@@ -261,7 +262,8 @@ class AttachKernel(KernelStrategy):
 
     def schedule_call(self, inner: str) -> str:
         if self.plan.column_sums is not None:
-            return f"schedule_attach(M, K, {inner}, interpret, _num_sms(in0.device), columns=True)"
+            return (f"schedule_attach(M, K, {inner}, interpret, _num_sms(in0.device), columns=True, "
+                    f"row_bytes={row_bytes(self.plan)}, shared_mem=_shared_mem(in0.device))")
         sms = ", _num_sms(in0.device)" if self.plan.shareable else ""
         return f"schedule_attach(M, K, {inner}, interpret{sms})"
 
@@ -282,12 +284,14 @@ class AttachKernel(KernelStrategy):
             return "lambda meta: (triton.cdiv(M, meta['BLOCK_M']), split)"
         return "lambda meta: (triton.cdiv(M, meta['BLOCK_M']),)"
 
-    def chosen(self, shape: tuple[int, ...], inner: bool, interpret: bool, num_sms: int = 0) -> list[str]:
+    def chosen(self, shape: tuple[int, ...], inner: bool, interpret: bool, num_sms: int = 0,
+               shared_mem: int = 0) -> list[str]:
         axes = self.plan.binding.axes
         K = math.prod(shape[d] for d in axes)
         M = math.prod(n for d, n in enumerate(shape) if d not in axes)
         columns = self.plan.column_sums is not None
-        cfg = schedule_attach(M, K, inner, interpret, num_sms if self.plan.shareable or columns else 0, columns)
+        cfg = schedule_attach(M, K, inner, interpret, num_sms if self.plan.shareable or columns else 0, columns,
+                              row_bytes(self.plan), shared_mem)
         tiles = f"tiles of {cfg['BLOCK_M']} x {cfg['BLOCK_K']}"
         if cfg["SPLIT"] > 1:
             part = math.ceil(K / cfg["SPLIT"])
@@ -297,6 +301,8 @@ class AttachKernel(KernelStrategy):
                     "attached fold's partials"]
         if columns:
             tiles += f", {cfg['PROGRAMS']} programs stepping through the row tiles"
+            if cfg["ROW_STAGES"] > 1:
+                tiles += f" ({cfg['ROW_STAGES']} in flight)"
         if K <= cfg["BLOCK_K"]:
             return [f"  chosen for these inputs: {M} rows of {K} elements, {tiles}: each row read once, held on chip"]
         if self.plan.one_hot is not None:

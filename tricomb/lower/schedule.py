@@ -47,7 +47,7 @@ def schedule_reduce(M, K, inner, num_sms, interpret, per_tile=False):
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": split, "num_warps": warps}
 
 
-def schedule_attach(M, K, inner, interpret, num_sms=0, columns=False):
+def schedule_attach(M, K, inner, interpret, num_sms=0, columns=False, row_bytes=0, shared_mem=0):
     """Attaches over ``M`` rows of ``K`` elements: ``BLOCK_M`` rows by ``BLOCK_K`` elements a tile. A row of up
     to 16384 contiguous elements is one tile (read once, held in registers: 16 warps hold 8192 float32 in 16
     registers a thread), several rows a tile when short; a longer row is swept in tiles of 4096. With the
@@ -58,8 +58,12 @@ def schedule_attach(M, K, inner, interpret, num_sms=0, columns=False):
     With fields summed over the rows (``columns``), ``PROGRAMS`` programs step through the row tiles: one an SM
     (four on the interpreter, which runs them one after another). Measured on the H200 by
     ``bench/experiments/norm_backward.py`` (the norms' backward kernels, G2 and G3, 16 warps): one program an SM
-    over two, 1.075 against 1.106 ms and 0.962 against 1.024 ms; the warps are left to the autotuner (8 were 1.6x
-    slower than 16 for G2's kernel, and 10% faster for the same kernel with its two row sums folded apart)."""
+    over two, 1.075 against 1.106 ms and 0.962 against 1.024 ms. A program holding its rows in one tile waits on
+    each tile's loads before its folds unless the loop over its tiles is software-pipelined: ``ROW_STAGES`` tiles
+    in flight (:func:`row_stages`), 3 where they fit in ``shared_mem`` bytes of shared memory, each tile element
+    reading ``row_bytes`` bytes, and then 8 warps (``bench/experiments/norm_backward.py``: G2 0.841 ms and G3
+    0.844 ms, against 1.085 and 0.969 unpipelined at the 16 warps that were best so; 0.868 and 0.888 ms pipelined
+    at 16 warps; two stages were slower than three in every case)."""
     limit = 1 << 16 if interpret else 16384
     k_pow = max(triton.next_power_of_2(max(K, 1)), 2)
     if inner:
@@ -80,8 +84,17 @@ def schedule_attach(M, K, inner, interpret, num_sms=0, columns=False):
     warps = 4 if tile <= 2048 else 8 if tile <= 4096 else 16
     if columns:
         programs = max(1, min(triton.cdiv(M, block_m), 4 if interpret else num_sms))
-        return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": 1, "num_warps": warps, "PROGRAMS": programs}
+        stages = row_stages(block_m * block_k * row_bytes, shared_mem) if K <= block_k and not interpret else 1
+        return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": 1, "num_warps": 8 if stages > 1 else warps,
+                "PROGRAMS": programs, "ROW_STAGES": stages}
     return {"BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT": split, "num_warps": warps}
+
+
+def row_stages(tile_bytes, shared_mem):
+    """How many row tiles of ``tile_bytes`` bytes a program's loop over them keeps in flight: 3 where three fit
+    in ``shared_mem`` bytes (the device's shared memory a block may opt in to) with 32 KiB to spare for the
+    folds' own scratch, else 1 (no pipelining)."""
+    return 3 if tile_bytes and 3 * tile_bytes <= shared_mem - (32 << 10) else 1
 
 
 def share_rows(M, K, block_m, block_k, num_sms):

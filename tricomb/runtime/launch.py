@@ -57,7 +57,7 @@ _SCHEDULE_ENTRIES = {
     "BLOCK": _POWER, "BLOCK_M": _POWER, "BLOCK_K": _POWER, "WINDOW": _POWER, "num_warps": _POWER,
     "SPLIT": (_count, "an integer of 1 or more"),
     "LOOKBACK": _FLAG, "PUBLISH_PREFIX": _FLAG,
-    "PROGRAMS": (_count, "a positive integer"),
+    "PROGRAMS": (_count, "a positive integer"), "ROW_STAGES": (_count, "a positive integer"),
     "maxnreg": (lambda value: value is None or _count(value) and value <= 255, "None or an integer from 1 to 255"),
 }
 
@@ -66,8 +66,10 @@ _SCHEDULE_ENTRIES = {
 def schedule_overrides(**overrides):
     """Within the block, every launch uses these schedule entries instead of the heuristics': ``BLOCK``,
     ``BLOCK_M``, ``BLOCK_K``, ``WINDOW`` and ``num_warps`` (powers of two), ``SPLIT`` (programs per row of a
-    reduce, 1 or more), ``PROGRAMS`` (programs stepping through the row tiles of fields summed over the rows), ``LOOKBACK`` and ``PUBLISH_PREFIX`` (bools), and ``maxnreg`` (a cap on registers per
-    thread, a compile option: None, or 1 to 255, the most a thread can hold). Tests use it to force tiny tiles,
+    reduce, 1 or more), ``PROGRAMS`` (programs stepping through the row tiles of fields summed over the rows) and
+    ``ROW_STAGES`` (how many of those tiles' loads are in flight, 1 or more: each takes a tile of shared memory),
+    ``LOOKBACK`` and ``PUBLISH_PREFIX`` (bools), and ``maxnreg`` (a cap on registers per thread, a compile
+    option: None, or 1 to 255, the most a thread can hold). Tests use it to force tiny tiles,
     split rows and one-pass scans; ``bench/experiments`` to time schedules. Raises ValueError, before anything
     runs, for another name or a value outside these."""
     for name, value in overrides.items():
