@@ -75,6 +75,18 @@ def test_cummax_and_cummin_return_values_and_indices_as_torch(name, reverse, dev
         assert torch.equal(indices.cpu(), want_indices) and indices.dtype == torch.int64
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32])
+def test_a_cummax_of_a_stream_with_a_broadcast_row_compiles_and_matches_torch(dtype, device):
+    """A cummax down the columns of ``x + row``, ``row`` broadcast along the scanned axis: the scanned tile is
+    stored before the carry reads its last column (Triton 3.6 failed to compile the other order for int32 on
+    the H200: codegen/combine.py, ``_carry_forward``)."""
+    x = torch.randint(-9, 9, (7, 6), device=device).to(dtype)
+    row = torch.randint(-9, 9, (6,), device=device).to(dtype)
+    values, indices = (tc.zip_with(tc.add) >> tc.cummax(axis=0))(x, row)
+    want = torch.cummax((x + row).cpu(), 0)
+    assert torch.equal(values.cpu(), want.values) and torch.equal(indices.cpu(), want.indices)
+
+
 def test_directions_print_and_parse_back():
     pipe = tc.cumsum(axis=0, reverse=True, exclusive=True)
     assert str(pipe) == "cumsum(axis=0, reverse=True, exclusive=True)"

@@ -249,7 +249,7 @@ def _with_and_without_look_back(w: Writer, with_it: list[tuple[str, str | None]]
 def _scan_tile(w: Writer, ctx: ScalarContext, p: KernelPlan, scan: TileScan, combine: str, values: list[Value],
                read_mask: str) -> list[str]:
     """One tile's scan: the tile in accumulator fields, its scan within, its prefix from the tiles before (the
-    carries, or the look-back), and the scanned fields returned; the carries are updated for the next tile."""
+    carries, or the look-back), and the scanned fields returned (:func:`_carry_forward` updates the carries)."""
     carries, tiles, scanned = fields("carry", scan.width), fields("tile", scan.width), fields("scanned", scan.width)
     within = fields("within", scan.width)
     look_back = p.following(scan, LookBack)
@@ -264,12 +264,19 @@ def _scan_tile(w: Writer, ctx: ScalarContext, p: KernelPlan, scan: TileScan, com
             emit_publish_aggregate(w, look_back, last_column(scan, within))
         emit_look_back(w, look_back, combine)
     w.line(f"{', '.join(scanned)} = {combine}({', '.join(f'{c}[:, None]' for c in carries)}, {', '.join(within)})")
+    return scanned
+
+
+def _carry_forward(w: Writer, scan: TileScan, scanned: list[str]) -> None:
+    """The carries for the next tile: the last column of the scanned fields. Emitted after the tile's store:
+    Triton 3.6's layout pass (RemoveLayoutConversions) can move a conversion of the scanned tile made for its
+    store above an earlier read of the tile, and the module then fails to compile ("operand does not dominate
+    this use", triton-lang/triton#8257; tests/test_scans.py, a cummax of int32 plus a broadcast row)."""
     with w.block("if not LOOKBACK:"):
         w.comment("the row's prefix so far, for the next tile (with LOOKBACK there is none)")
-        for j, (carry, field) in enumerate(zip(carries, scanned)):
+        for j, (carry, field) in enumerate(zip(fields("carry", scan.width), scanned)):
             w.line(f"{carry} = tc_last({field}, BLOCK_K).to({acc_type(scan, j)})",
                    comment="masked lanes hold the identity" if j == 0 else None)
-    return scanned
 
 
 def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple[str, ...]) -> None:
@@ -307,5 +314,6 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple
         else:
             w.comment(f"stage {fused[0].at}: {stage_text(fused[0].stage)}, in the same loop")
             accumulate(w, ctx, fused[0], accs, value, combines[1])
+        _carry_forward(w, scan, scanned)
     if fused:
         _finish(w, ctx, p, fused[0], combines[1], accs, rows, "LOOKBACK", "chunk", "pid")
