@@ -220,6 +220,13 @@ def test_the_linear_recurrence_gradient_is_its_closed_form(reverse, device):
     assert f"scan affine({adjoint_direction}exclusive=True, identity=(1.0, 0.0))" in plan, plan
 
 
+def _SCALED(s1, m1, s2, m2):
+    """A running sum whose later terms are scaled by the running product of the scales before them."""
+    return s1 + m1 * s2, m1 * m2
+
+
+_SCALED_SUM = tc.zip_with(lambda s, m: (s, m)) >> tc.scan(_SCALED, identity=(0.0, 1.0)) >> tc.map(lambda s, m: s)
+
 _ORDERED = {  # operators that do not commute, or have no identity, against torch differentiating the reference
     "recurrence over two axes": (tc.zip_with(lambda v, d: (v, d)) >> tc.reduce(tc.library.LINEAR, axis=(0, 2),
                                                                                identity=(0.0, 1.0))
@@ -232,6 +239,10 @@ _ORDERED = {  # operators that do not commute, or have no identity, against torc
     "harmonic reduce": (tc.map(lambda x: 1.0 + x * x) >> tc.reduce(lambda a, b: a * b / (a + b), axis=-1),
                         [(3, 6)]),
     "welford": (tc.library.var(axis=-1, correction=0), [(4, 7)]),
+    # its pullback reads the prefix's second field, which no result holds: recomputed alone
+    "scaled running sum": (_SCALED_SUM, [(3, 7), (3, 7)]),
+    "scaled running sum, reversed": (tc.zip_with(lambda s, m: (s, m))
+                                     >> tc.scan(_SCALED, axis=0, reverse=True, identity=(0.0, 1.0)), [(6, 2), (6, 1)]),
 }
 
 
@@ -347,10 +358,19 @@ _KERNEL_CASES = [
     (tc.cumsum(axis=0), [(6, 5)], 1),  # the reverse cumsum
     (tc.zip_with(lambda a, b: a * b), [(6, 5), (5,)], 2),  # a broadcast input: its own kernel, summed in it
     (tc.prod(axis=-1), [(6, 5)], 2),  # the exclusive prefix, then the suffix and the pullback
-    (tc.cumprod(axis=-1), [(6, 5)], 2),  # the exclusive scan, then the reverse affine scan and the pullback
-    (tc.library.linear_recurrence() >> tc.map(lambda h, decay: h), [(6, 5), (6, 5)], 2),
+    # the result read one step back as the exclusive prefix, the reverse affine scan and the pullback
+    (tc.cumprod(axis=-1), [(6, 5)], 1),
+    (tc.library.linear_recurrence() >> tc.map(lambda h, decay: h), [(6, 5), (6, 5)], 1),
+    # a map after the scan: the scan's result recomputed for its pullback (and read as the prefix), exp's
+    # cotangent, then the same kernel
+    (tc.cumprod(axis=-1) >> tc.map(tc.exp), [(6, 5)], 3),
+    # a half type's result is rounded: the exclusive prefix recomputed first
+    (tc.cumprod(axis=-1, dtype=torch.float16), [(6, 5)], 2),
+    # the prefix's field that no result holds recomputed (alone), then the same kernel
+    (_SCALED_SUM, [(6, 5), (6, 5)], 2),
 ]
-_KERNEL_IDS = ["zip_with", "map-sum", "sum", "cumsum", "broadcast", "prod", "cumprod", "recurrence"]
+_KERNEL_IDS = ["zip_with", "map-sum", "sum", "cumsum", "broadcast", "prod", "cumprod", "recurrence", "cumprod-exp",
+               "cumprod-half", "scaled-sum"]
 
 
 @pytest.mark.parametrize("pipe, shapes, kernels", _KERNEL_CASES, ids=_KERNEL_IDS)

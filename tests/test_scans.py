@@ -219,3 +219,63 @@ def test_look_back_is_not_used_when_a_row_fits_one_tile(device):
     with schedule_overrides(**LOOKBACK_TILES):
         assert pipe(a, b, c).item() == 1.0  # (max(1.5, 3) - 2) ** 2
         assert_matches_torch(tc.cumsum(axis=1), torch.randn(5, 3, device=device))
+
+
+# ---- lagged reads: an input read some places back along the scanned axis (Lag; derivative rules build them) ----
+
+def _lagged_pipeline(reverse: bool, exclusive: bool, by: int, axis: int):
+    """``zip_with add`` of x and y lagged, a scan by add, ``zip_with mul`` of the result and z lagged: a lag in
+    each phase of the kernel (loaded with the tiles the scan reads, and after it with the tiles it writes)."""
+    from tricomb.pipeline.ir import Lag, PipelineIR, Scan, ZipWith
+    from tricomb.scalar.ir import Arg, Call, Function
+    add = Function(2, (Call("add", (Arg(0), Arg(1))),), "add")
+    mul = Function(2, (Call("mul", (Arg(0), Arg(1))),), "mul")
+    scan = Scan(tc.cumsum().ir.stages[0].op, axis, None, reverse, exclusive)
+    return PipelineIR((ZipWith(add, lags=(Lag(1, axis, by, 2.5),)), scan, ZipWith(mul, lags=(Lag(0, axis, by, -1.0),))))
+
+
+@pytest.mark.parametrize("tiles", TILES, ids=["heuristic", "tiny-tiles", "look-back"])
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+@pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
+@pytest.mark.parametrize("by, axis", [(1, 1), (-1, 1), (3, 0)])
+def test_lagged_inputs_read_the_places_back_along_the_axis_with_the_fill_outside(device, tiles, reverse, exclusive,
+                                                                                 by, axis):
+    from tricomb.pipeline.evaluate import evaluate_fields
+    from tricomb.runtime.operator import run_fields
+    ir = _lagged_pipeline(reverse, exclusive, by, axis)
+    gen = torch.Generator().manual_seed(by + 3 * axis)
+    x, y = (torch.randn(9, 21, generator=gen) for _ in range(2))
+    z = torch.randn(21, 9, generator=gen).t()  # read through its strides
+    with schedule_overrides(**tiles), count_launches() as launches:
+        got = run_fields(ir, tuple(t.to(device) for t in (x, y, z)))[0]
+    assert launches.triton == 1
+    want = evaluate_fields(ir, [x.double(), y.double(), z.double()])[0]
+    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_lagged_reads_follow_the_torch_meaning():
+    """The oracle's meaning of a lag, on a small case written out: element i reads i - by, the fill outside."""
+    from tricomb.pipeline.evaluate import lagged
+    from tricomb.pipeline.ir import Lag
+    t = torch.arange(8.0).reshape(2, 4)
+    assert lagged(t, Lag(0, 1, 1, -5.0)).tolist() == [[-5.0, 0, 1, 2], [-5.0, 4, 5, 6]]
+    assert lagged(t, Lag(0, -1, -2, 0.0)).tolist() == [[2.0, 3, 0, 0], [6.0, 7, 0, 0]]
+    assert lagged(t, Lag(0, 0, 1, 9.0)).tolist() == [[9.0] * 4, [0.0, 1, 2, 3]]
+
+
+@pytest.mark.parametrize("lag, words", [
+    ({"axis": 0}, "needs a scan along that axis"),
+    ({"input": 2}, "names input 2 of a zip_with that brings in 1"),
+])
+def test_a_lag_that_no_scan_kernel_reads_is_refused(lag, words):
+    import dataclasses
+    from tricomb.errors import UnsupportedError
+    from tricomb.pipeline.verify import verify
+    ir = _lagged_pipeline(False, False, 1, 1)
+    last = ir.stages[-1]
+    bad = dataclasses.replace(last, lags=(dataclasses.replace(last.lags[0], **lag),))
+    with pytest.raises(UnsupportedError, match=words):
+        verify(dataclasses.replace(ir, stages=ir.stages[:-1] + (bad,)))
+    without_scan = dataclasses.replace(ir, stages=(ir.stages[0],))
+    with pytest.raises(UnsupportedError, match="needs a scan along that axis"):
+        verify(without_scan)

@@ -11,8 +11,10 @@ the affine maps ``v -> M v + b``, which compose associatively (G. E. Blelloch, "
 applications", 1990, section 1.4). Indexed by the element whose Jacobian it holds, ``mu[j] = M[j] lam[j]``
 is the exclusive reverse scan of ``v -> M[j] v + M[j] g[j]``, and ``lam[j] = g[j] + mu[j+1]``; an exclusive
 forward scan (``y[j] = op(y[j-1], x[j-1])``) has ``lam`` itself as the exclusive reverse scan of
-``v -> M[j] v + g[j]``. So the backward of a scan is two kernels: the exclusive scan ``y[j-1]`` recomputed,
-then one kernel of the Jacobians, the reverse affine scan and the pullback of ``dx`` through the maps before.
+``v -> M[j] v + g[j]``. So the backward of a scan is one kernel of the Jacobians, the reverse affine scan and
+the pullback of ``dx`` through the maps before, each element reading ``y[j-1]`` as the forward's result one step
+back (a :class:`~tricomb.pipeline.ir.Lag`), or, where the result does not hold it exactly, from one kernel before
+it that recomputes the exclusive scan.
 Only the entries of ``M`` that can be nonzero are scanned: the structural zeros of the Jacobian (a pullback
 reaches no entry it does not depend on), closed under products, and only the fields a cotangent reaches. The
 linear recurrence's state is then one decay and one value, its closed form (a reverse recurrence with the
@@ -31,21 +33,24 @@ cummax and cummin are a scan by ``maximum``/``minimum`` whose step takes the new
 as torch's indices do: their Jacobian is the 0/1 of that choice, so the gradient goes to the index each running
 value came from, as torch's scatter does.
 
-What is saved: the inputs and the result; the stream, the exclusive scan and the Jacobians are recomputed.
+What is saved: the inputs and the result; the stream and the Jacobians are recomputed, and so is a reduce's
+exclusive prefix and a scan's where its result does not hold it.
 """
 from __future__ import annotations
 
+import functools
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 
-from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
-from ..pipeline.operators import Laws, declare_laws, declared_laws
+from ..pipeline.ir import Lag, Map, PipelineIR, Reduce, Scan, ZipWith
+from ..pipeline.operators import Laws, declare_laws, declared_laws, identities
 from ..pipeline.verify import iteration_axes, operator_identity, operator_spec
 from ..scalar.builtins import convert_op
 from ..scalar.derivatives import ZERO, differentiable, is_zero, pulled
-from ..scalar.ir import Arg, Call, Const, Expr, Function, substitute
+from ..scalar.dtypes import compute_dtype, typed_identity
+from ..scalar.ir import Arg, Call, Const, Expr, Function, substitute, walk
 from .gather import Run, after_fold, summed_to
 from .parts import Parts
 
@@ -234,7 +239,8 @@ class _Fold:
     def __init__(self, p: Parts, inputs: tuple, result: tuple, grads, wanted: tuple[int, ...], run: Run):
         self.p, n = p, p.early
         self.early, late = list(inputs[:n]), inputs[n:]
-        self.folded, self.cots, self.late_grads = after_fold(p, tuple(self.early), late, result, grads, wanted, run)
+        self.folded, self.cots, self.late_grads, self.computed = after_fold(p, tuple(self.early), late, result,
+                                                                            grads, wanted, run)
         self.wanted = tuple(i for i in wanted if i < n)
         self.k = p.fold.op.arity // 2
         self.floats = tuple(a for a in range(self.k) if self.folded[a].is_floating_point())
@@ -257,9 +263,10 @@ class _Fold:
 
 
 def _gradients(p: Parts, grads: tuple[Expr, ...], early: Sequence[torch.Tensor], early_wanted, tensors,
-               stages: tuple, run: Run) -> list:
+               stages: tuple, run: Run, lags: tuple = ()) -> list:
     """Run ``stages`` then a last zip_with of ``grads`` (one per input in ``early_wanted``; structural zeros
-    give zeros and no field), each converted to its input's dtype unless it broadcasts (then summed first)."""
+    give zeros and no field), each converted to its input's dtype unless it broadcasts (then summed first). The
+    last zip_with takes ``tensors`` again, with ``lags``."""
     shape = torch.broadcast_shapes(*(t.shape for t in tensors))
     fields, found = [], {}
     for i, g in zip(early_wanted, grads):
@@ -270,7 +277,8 @@ def _gradients(p: Parts, grads: tuple[Expr, ...], early: Sequence[torch.Tensor],
             fields.append((i, full, Call(convert_op(early[i].dtype), (g,)) if full else g))
     if fields:
         arity = len(stages[-1].op.outputs) + len(tensors)
-        last = ZipWith(Function(arity, tuple(e for _, _, e in fields), f"d_{p.fold.op.name.strip('<>')}"))
+        last = ZipWith(Function(arity, tuple(e for _, _, e in fields), f"d_{p.fold.op.name.strip('<>')}"),
+                       lags=lags)
         outs = run(PipelineIR(stages + (last,)), tuple(tensors) * 2)
         for (i, full, _), out in zip(fields, outs):
             found[i] = out if full else summed_to(out, early[i].shape, run).to(early[i].dtype)
@@ -293,8 +301,10 @@ class _Adjoint:
 
 
 class AdjointScan(_Adjoint):
-    """A scan by any operator but add (cumsum has its closed form): the exclusive scan recomputed, then one
-    kernel of the Jacobians, the reverse scan of the affine maps and the pullback through the maps before."""
+    """A scan by any operator but add (cumsum has its closed form): one kernel of the Jacobians, the reverse scan
+    of the affine maps and the pullback through the maps before, reading each element's exclusive prefix from the
+    forward's saved result one step back (:func:`saved_prefix`), or, where the result does not hold it exactly,
+    from a kernel that recomputes the prefix fields the backward reads."""
 
     @staticmethod
     def applies(p: Parts) -> bool:
@@ -305,31 +315,138 @@ class AdjointScan(_Adjoint):
         f = _Fold(p, inputs, result, grads, wanted, run)
         if not f.given:
             return _Adjoint.unreached(f)
-        fold, early, cots = p.fold, f.early, f.cots
+        early, cots = f.early, f.cots
         if f.folded[0].dim() == 0:  # a 0-d stream scans as one element
             early, cots = [t.reshape(1) for t in early], [None if g is None else g.reshape(1) for g in cots]
-        prefix = run(f.prefix(fold.op, fold.axis, fold.reverse), tuple(early))
-        tensors = [*early, *prefix, *(cots[a] for a in f.given)]
-
-        def jacobians(at: _Layout):
-            outs = step(fold.op, at.prev, f.stream(at.inputs), at.valid, selects(fold))
-            return outs, jacobian(outs, at.end, [a.index for a in at.prev], f.floats)
-        first = f.layout(0)
-        _, m = jacobians(first)
-        affine = Affine(*closure(m, set(f.given), f.floats))
-        if fold.exclusive:
-            b = [first.g.get(a, ZERO) for a in affine.live]
-        else:
-            b = [_sum([_mul(m[a, c], first.g[c]) for c in f.given if (a, c) in m]) for a in affine.live]
-        elements = Function(len(tensors), tuple(m.get(e, ZERO) for e in affine.entries) + tuple(b), "jacobians")
-        last = f.layout(affine.width)
-        outs, _ = jacobians(last)
-        mu = {a: Arg(len(affine.entries) + j) for j, a in enumerate(affine.live)}
-        lam = tuple(_lam(a, last.g, mu, fold.exclusive) for a in range(f.k))
-        grads_in = pulled(Function(last.end, tuple(outs), "step"), last.wanted(f.wanted), lam)
-        stages = (ZipWith(elements), affine.scan(fold.axis, not fold.reverse))
-        out = _gradients(p, grads_in, early, f.wanted, tensors, stages, run)
+        kernel = scan_kernel(p, _names(p), f.given, f.floats, f.wanted)
+        prefix = _Prefix(f, kernel.reads, result)
+        tensors = prefix.tensors(early, run)
+        elements = Function(len(tensors), renumbered(kernel.elements, 0, prefix.kept), "jacobians")
+        grads_in = renumbered(kernel.pullback, kernel.width, prefix.kept)
+        stages = (ZipWith(elements, lags=prefix.lags), kernel.scan)
+        out = _gradients(p, grads_in, early, f.wanted, tensors, stages, run, prefix.lags)
         return [g.reshape(f.early[i].shape) for g, i in zip(out, f.wanted)] + f.late_grads
+
+
+def _names(p: Parts) -> tuple[str, ...]:
+    """The names of the pipeline's functions, which equality of pipelines leaves out but derived ones show."""
+    return tuple(fn.name for fn in p.pipeline.functions)
+
+
+class ScanKernel(NamedTuple):
+    """The symbolic part of a scan's backward kernel, in :class:`_Layout`'s arguments (every prefix field
+    passed): the per-element Jacobians' live entries (``elements``), the reverse affine ``scan`` of them, whose
+    state has ``width`` fields, and the ``pullback`` of the inputs wanted (of that state, then the layout's
+    arguments again); ``reads``: the layout positions either one reads."""
+
+    elements: Function
+    scan: Scan
+    width: int
+    pullback: Function
+    reads: frozenset[int]
+
+
+@functools.lru_cache(maxsize=256)
+def scan_kernel(p: Parts, names: tuple[str, ...], given: tuple[int, ...], floats: tuple[int, ...],
+                wanted: tuple[int, ...]) -> ScanKernel:
+    """The symbolic part of the backward kernel of the scan ``p.fold`` (see the module's docstring), for
+    cotangents on the fields ``given``, of the float fields ``floats``, for the early inputs ``wanted``: pure
+    and kept, since a training step takes the same backward every call (``names`` keys the functions' names,
+    which the kernel's text shows)."""
+    fold, k, flag = p.fold, p.fold.op.arity // 2, operator_identity(p.fold) is None
+
+    def jacobians(at: _Layout):
+        outs = step(fold.op, at.prev, stream_of(p, p.early, at.inputs), at.valid, selects(fold))
+        return outs, jacobian(outs, at.end, [a.index for a in at.prev], floats)
+    first = _Layout(0, p.early, k, flag, given)
+    _, m = jacobians(first)
+    affine = Affine(*closure(m, set(given), floats))
+    if fold.exclusive:
+        b = [first.g.get(a, ZERO) for a in affine.live]
+    else:
+        b = [_sum([_mul(m[a, c], first.g[c]) for c in given if (a, c) in m]) for a in affine.live]
+    elements = Function(first.end, tuple(m.get(e, ZERO) for e in affine.entries) + tuple(b), "jacobians")
+    last = _Layout(affine.width, p.early, k, flag, given)
+    outs, _ = jacobians(last)
+    mu = {a: Arg(len(affine.entries) + j) for j, a in enumerate(affine.live)}
+    lam = tuple(_lam(a, last.g, mu, fold.exclusive) for a in range(k))
+    pullback = Function(last.end, pulled(Function(last.end, tuple(outs), "step"), last.wanted(wanted), lam),
+                        "pullback")
+    return ScanKernel(elements, affine.scan(fold.axis, not fold.reverse), affine.width, pullback,
+                      frozenset(_read(elements, 0) | _read(pullback, affine.width)))
+
+
+@functools.lru_cache(maxsize=512)
+def renumbered(fn: Function, offset: int, kept: tuple[int, ...]) -> tuple[Expr, ...]:
+    """``fn``'s outputs with its arguments from ``offset`` on renumbered to those ``kept`` (positions counted
+    from ``offset``), in their order."""
+    args: list[Expr] = [Arg(i) for i in range(offset)]
+    args += [Arg(offset + kept.index(i)) if i in kept else ZERO for i in range(fn.arity - offset)]
+    return tuple(substitute(fn, args))
+
+
+def _read(fn: Function, offset: int) -> set[int]:
+    """The positions (counted from ``offset``) of the arguments ``fn`` reads."""
+    return {a.index - offset for a in walk(*fn.outputs) if isinstance(a, Arg) and a.index >= offset}
+
+
+class _Prefix:
+    """Where a scan's backward kernel finds each element's exclusive prefix, the fields of the forward's state
+    before the element, in the argument layout of :class:`_Layout` (the early inputs, the validity flag, the k
+    prefix fields, the cotangents): only the flag and fields at the positions ``reads`` names are passed
+    (``kept``: the layout positions passed), each the forward's result read one step back (``lags``,
+    :func:`saved_prefix`) where every one of them is saved exactly, else the fields of one kernel recomputing
+    the prefix."""
+
+    def __init__(self, f: _Fold, reads: frozenset[int], result: tuple):
+        n, self.f = f.p.early, f
+        self.fields = [a for a in range(f.flag + f.k) if n + a in reads]  # (the flag, if any, is field 0)
+        self.saved = None if f.flag else saved_prefix(f, self.fields, result)
+        end = n + f.flag + f.k + len(f.given)
+        self.kept = tuple(range(n)) + tuple(n + a for a in self.fields) + tuple(range(end - len(f.given), end))
+        self.lags = () if not self.saved else tuple(
+            Lag(n + j, f.p.fold.axis, by, fill) for j, (_, by, fill) in enumerate(self.saved) if by)
+
+    def tensors(self, early: list, run: Run) -> list:
+        """The backward kernel's tensors: the early inputs, the prefix fields passed (recomputed by one kernel
+        where they are not saved), the cotangents."""
+        if self.saved is not None:
+            prefix = [t for t, _, _ in self.saved]
+        elif self.fields:
+            fold, width = self.f.p.fold, self.f.flag + self.f.k
+            pipeline = self.f.prefix(fold.op, fold.axis, fold.reverse)
+            if self.fields != list(range(width)):
+                pipeline = PipelineIR(pipeline.stages + (Map(Function(width, tuple(Arg(a) for a in self.fields),
+                                                                      "passed")),))
+            prefix = run(pipeline, tuple(early))
+        else:
+            prefix = []
+        return [*early, *prefix, *(self.f.cots[a] for a in self.f.given)]
+
+
+def saved_prefix(f: _Fold, fields: list[int], result: tuple) -> list[tuple] | None:
+    """Per prefix field in ``fields``, the tensor that holds the fold's field (its values, where the backward
+    computed them already, else a result of the forward that is the field itself), the lag that reads it as
+    the exclusive prefix (one step back in scan order; none for an exclusive scan, whose result is its prefix)
+    and the operator's identity, which the first element reads; or None where a field is not held so, of the
+    fold's shape, in the dtype its scan combines in (a half type's result is rounded)."""
+    fold = f.p.fold
+    after = None if f.computed else f.p.after_function()
+    by = 0 if fold.exclusive else -1 if fold.reverse else 1
+    found = []
+    for a in fields:
+        if after is None:
+            t = f.folded[a]
+        else:
+            at = next((j for j, o in enumerate(after.outputs) if o == Arg(a)), None)
+            if at is None:
+                return None
+            t = result[at]
+        like = f.folded[a]
+        if t.dtype != like.dtype or compute_dtype(t.dtype) != t.dtype or tuple(t.shape) != tuple(like.shape):
+            return None
+        found.append((t, by, typed_identity(identities(f.identity)[a], t.dtype)))
+    return found
 
 
 def _lam(a: int, g: dict, mu: dict, exclusive: bool) -> Expr | None:

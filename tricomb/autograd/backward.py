@@ -117,7 +117,7 @@ class ReduceRule:
     @staticmethod
     def backward(p: Parts, inputs: tuple, result: tuple, grads: Tensors, wanted: tuple[int, ...], run: Run):
         early, late = inputs[:p.early], inputs[p.early:]
-        folded, cots, late_grads = after_fold(p, early, late, result, grads, wanted, run, values=True)
+        folded, cots, late_grads, _ = after_fold(p, early, late, result, grads, wanted, run, values=True)
         reduced, dreduced = folded[0], zero_if_none(cots[0], folded[0])
         shape = torch.broadcast_shapes(*(t.shape for t in early))
         axes = iteration_axes(p.fold, len(shape))
@@ -165,7 +165,7 @@ class ScanRule:
     @staticmethod
     def backward(p: Parts, inputs: tuple, result: tuple, grads: Tensors, wanted: tuple[int, ...], run: Run):
         early, late = inputs[:p.early], inputs[p.early:]
-        folded, cots, late_grads = after_fold(p, early, late, result, grads, wanted, run)
+        folded, cots, late_grads, _ = after_fold(p, early, late, result, grads, wanted, run)
         dscanned = zero_if_none(cots[0], folded[0])
         fold = p.fold
         back = Scan(ADD, fold.axis, None, not fold.reverse, fold.exclusive, location=fold.location)

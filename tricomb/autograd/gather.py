@@ -2,7 +2,8 @@
 expressions run as the fewest pipelines that give each input its gradient, of its shape and dtype."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import functools
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 
@@ -34,8 +35,18 @@ def with_cotangents(fn: Function, arity: int, grads: Tensors) -> tuple[Function,
     return Function(arity + len(given), tuple(substitute(fn, args)), fn.name, fn.location), given
 
 
+class Folded(NamedTuple):
+    """What :func:`after_fold` gives: the fold's result ``fields`` (their values where ``computed``, else only
+    their shapes and dtypes), their cotangents, and the gradients of the late inputs."""
+
+    fields: list
+    cotangents: list
+    late_grads: list
+    computed: bool
+
+
 def after_fold(p: Parts, early: tuple, late: tuple, result: tuple, grads: Tensors, wanted, run: Run,
-               values: bool = False):
+               values: bool = False) -> Folded:
     """The fold's result fields, their cotangents, and the gradients of the late inputs: the stages after the
     fold pulled back (none: the result and its cotangents are the fold's own). A field's cotangent is None where
     none reaches it, and for an integer or bool field (which carries no gradient). The fold's result is
@@ -43,7 +54,7 @@ def after_fold(p: Parts, early: tuple, late: tuple, result: tuple, grads: Tensor
     fields returned only have its shapes and dtypes."""
     if not p.after:
         folded = list(result[:p.width])
-        return folded, [g if f.is_floating_point() else None for f, g in zip(folded, grads)], []
+        return Folded(folded, [g if f.is_floating_point() else None for f, g in zip(folded, grads)], [], True)
     shapes = _fold_like(p, early)
     floats = tuple(i for i, f in enumerate(shapes) if f.is_floating_point())
     late_wanted = tuple(i - p.early for i in wanted if i >= p.early)
@@ -61,15 +72,25 @@ def after_fold(p: Parts, early: tuple, late: tuple, result: tuple, grads: Tensor
     cots: list = [None] * p.width
     for k, out in zip(reached, outs):
         cots[floats[k]] = out
-    return folded, cots, list(outs[len(reached):])
+    return Folded(folded, cots, list(outs[len(reached):]), values or reads)
 
 
 def _fold_like(p: Parts, early: tuple) -> list[torch.Tensor]:
     """Stand-ins for the fold's result fields, of their shapes and dtypes, holding no values (stride 0)."""
-    metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in early]
     device = early[0].device
-    return [torch.empty((), dtype=f.dtype, device=device).expand(f.shape)
-            for f in evaluate_fields(p.through_fold, metas)]
+    layouts = tuple((tuple(t.shape), t.stride(), t.dtype) for t in early)
+    concrete = all(type(n) is int for shape, stride, _ in layouts for n in shape + stride)
+    fields = (_fold_fields if concrete else _fold_fields.__wrapped__)(p.through_fold, layouts)  # (symbolic sizes
+    # of a trace are not kept)
+    return [torch.empty((), dtype=dtype, device=device).expand(shape) for shape, dtype in fields]
+
+
+@functools.lru_cache(maxsize=256)
+def _fold_fields(through_fold: PipelineIR, layouts: tuple) -> tuple:
+    """The shape and dtype of each field of ``through_fold``'s result on inputs of ``layouts`` (shape, strides,
+    dtype): torch's inference on meta tensors, kept, since a training step asks for the same ones every call."""
+    metas = [torch.empty_strided(shape, stride, dtype=dtype, device="meta") for shape, stride, dtype in layouts]
+    return tuple((tuple(f.shape), f.dtype) for f in evaluate_fields(through_fold, metas))
 
 
 def zero_if_none(g, like: torch.Tensor) -> torch.Tensor:

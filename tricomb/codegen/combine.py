@@ -41,13 +41,13 @@ def tile_address(rows: dict[str, str], ks: dict[str, str], slots, once: frozense
 
 
 def _before_fold(w: Writer, ctx: ScalarContext, p: KernelPlan, rows, ks, mask: str, whole: str | None = None,
-                 lift: bool = False) -> list[Value]:
+                 lift: bool = False, lagged: dict[str, str] | None = None) -> list[Value]:
     """Inside the loop over K: load the inputs that join before the first fold (unmasked when ``whole`` holds:
-    :func:`~tricomb.codegen.kernel.emit_loads`), apply the stages before it, and return the stream's fields
-    (with ``lift``, for a declared share, the stream before the last stage, the lift, which the fold applies
-    itself)."""
+    :func:`~tricomb.codegen.kernel.emit_loads`; the ``lagged`` ones under their own masks), apply the stages
+    before it, and return the stream's fields (with ``lift``, for a declared share, the stream before the last
+    stage, the lift, which the fold applies itself)."""
     before, once = p.joining(0), row_slots(p)
-    values = emit_loads(w, ctx, p, before, tile_address(rows, ks, before, once), mask, whole, once)
+    values = emit_loads(w, ctx, p, before, tile_address(rows, ks, before, once), mask, whole, once, lagged)
     segment = p.segments[0]
     if not lift:
         return emit_stages(w, ctx, p, segment, first_stream(p, values), values, "[BLOCK_M, BLOCK_K]")
@@ -83,10 +83,12 @@ def _fold_max_first(w: Writer, ctx: ScalarContext, fold: TileReduce, accs: list[
 
 
 def after_fold(w: Writer, ctx: ScalarContext, p: KernelPlan, fold: Fold, names: list[str], address, mask: str,
-                shape: str, whole: str | None = None, once: frozenset[str] = frozenset()) -> list[Value]:
+                shape: str, whole: str | None = None, once: frozenset[str] = frozenset(),
+                lagged: dict[str, str] | None = None) -> list[Value]:
     """The elementwise stages after ``fold``, on its combined fields ``names``, with the inputs that join there
-    loaded at ``address`` (unmasked when ``whole`` holds; as columns for the slots in ``once``)."""
-    values = emit_loads(w, ctx, p, p.joining(p.phase_after(fold)), address, mask, whole, once)
+    loaded at ``address`` (unmasked when ``whole`` holds; as columns for the slots in ``once``; the ``lagged``
+    ones under their own masks)."""
+    values = emit_loads(w, ctx, p, p.joining(p.phase_after(fold)), address, mask, whole, once, lagged)
     b = p.binding
     rank = b.rank - len(b.axes) if isinstance(fold, TileReduce) and not fold.stage.keepdim else b.rank
     stream = [Value(n, dtype, rank == 0) for n, dtype in zip(names, fold.combined_dtypes)]
@@ -176,11 +178,36 @@ def emit_reduce_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tup
     _finish(w, ctx, p, fold, combine, accs, rows, "TICKET", "pid_k", "pid_m")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Lagged:
+    """The inputs of one phase read some places back (:func:`_lagged`): each one's ``masks``, and ``bounds``, a
+    scalar condition that holds where every place they read in this tile lies in the row."""
+
+    masks: dict[str, str]
+    bounds: str | None
+
+    def whole(self, w: Writer, name: str) -> str:
+        """The condition under which this phase loads its tile unmasked: ``whole``, and the lagged places in the
+        row (defined as ``name`` when there are lagged inputs)."""
+        if self.bounds is None:
+            return "whole"
+        w.line(f"{name} = whole & {self.bounds}", comment="and every place a lagged input reads is in the row")
+        return name
+
+
+def _position(stage, reads: bool, ks: str) -> str:
+    """The position along the axis that the step at scan position ``ks`` reads (``reads``) or writes: one step
+    back when exclusive, counted from the row's end when reversed."""
+    source = f"({ks} - 1)" if reads and stage.exclusive else ks
+    return f"K - 1 - {source}" if stage.reverse else source
+
+
 def _scan_positions(w: Writer, p: KernelPlan, scan: TileScan, reduced: list[int],
-                    coords: tuple[dict, dict]) -> tuple[dict, dict, str]:
+                    coords: tuple[dict, dict]) -> tuple[dict, dict, str, _Lagged, _Lagged]:
     """Offsets of the elements a scan step reads (``k`` in scan order; one step back when exclusive) and writes
     (``ks``), and the mask of the reads. Reversed, scan order ``j`` is position ``K - 1 - j`` along the axis.
-    ``coords`` receives the coordinates by group of the reads, then of the writes."""
+    ``coords`` receives the coordinates by group of the reads, then of the writes. Last, the lagged inputs
+    (:func:`_lagged`) that join before the scan and after it."""
     stage = scan.stage
     before = p.joining(0)
     after = [s for s in p.slots if s.phase > 0]
@@ -188,19 +215,42 @@ def _scan_positions(w: Writer, p: KernelPlan, scan: TileScan, reduced: list[int]
     if not stage.reverse and not stage.exclusive:
         offsets = emit_offsets(w, "ks", reduced, p.slots, "k", coords[0])
         coords[1].update(coords[0])
-        return offsets, offsets, "mask"
-    source = "ks - 1" if stage.exclusive else "ks"
-    w.line(f"src = {'K - 1 - (' + source + ')' if stage.reverse else source}",
+        writes = dict(offsets)
+        return (offsets, writes, "mask", _lagged(w, before, stage, True, "mask", reduced, offsets),
+                _lagged(w, after, stage, False, "mask", reduced, writes))
+    w.line(f"src = {_position(stage, True, 'ks')}",
            comment=("exclusive: " if stage.exclusive else "") + ("reversed: " if stage.reverse else "")
            + "the position each step reads")
-    w.line(f"dst = {'K - 1 - ks' if stage.reverse else 'ks'}", comment="the position each step writes")
+    w.line(f"dst = {_position(stage, False, 'ks')}", comment="the position each step writes")
     read_mask = "mask"
     if stage.exclusive:
         w.line("read_mask = mask & (ks >= 1)[None, :]", comment="the first step reads nothing: the identity")
         read_mask = "read_mask"
     reads = emit_offsets(w, "src", reduced, before, "k", coords[0])
     writes = emit_offsets(w, "dst", reduced, after, "d", coords[1])
-    return reads, writes, read_mask
+    return (reads, writes, read_mask, _lagged(w, before, stage, True, read_mask, reduced, reads),
+            _lagged(w, after, stage, False, "mask", reduced, writes))
+
+
+def _lagged(w: Writer, slots, stage, reads: bool, mask: str, reduced: list[int], offsets: dict[str, str]) -> _Lagged:
+    """For each slot with a lag among ``slots`` (read with the places a step reads, or writes): its offsets at
+    ``lag`` places back along the axis (replacing its entry in ``offsets``) and its mask, ``mask`` where that place
+    lies in the row (the slot's ``fill`` is loaded elsewhere); and the tile's bounds check: the places are a run
+    of positions, so its two ends decide."""
+    masks, bounds = {}, []
+    for slot in slots:
+        if not slot.lag:
+            continue
+        at = f"{slot.name}_at"
+        w.line(f"{at} = {_position(stage, reads, 'ks')} - {slot.lag}",
+               comment=f"{slot.name} is read {slot.lag} back along the axis")
+        offsets.update(emit_offsets(w, at, reduced, [slot], "lag"))
+        masks[slot.name] = f"{slot.name}_mask"
+        w.line(f"{masks[slot.name]} = {mask} & ((0 <= {at}) & ({at} < K))[None, :]")
+        for end in ("k0", "(k0 + BLOCK_K - 1)"):
+            place = f"({_position(stage, reads, end)} - {slot.lag})"
+            bounds.append(f"(0 <= {place}) & ({place} < K)")
+    return _Lagged(masks, " & ".join(bounds) if bounds else None)
 
 
 def _whole_tile(w: Writer, scan: TileScan) -> None:
@@ -298,17 +348,19 @@ def emit_scan_body(w: Writer, ctx: ScalarContext, p: KernelPlan, combines: tuple
     with w.block("for k0 in range(k_first, k_stop, BLOCK_K):"):
         w.line("ks = k0 + tl.arange(0, BLOCK_K)")
         coords: tuple[dict, dict] = ({}, {})
-        reads, ks, read_mask = _scan_positions(w, p, scan, reduced, coords)
+        reads, ks, read_mask, lagged_before, lagged_after = _scan_positions(w, p, scan, reduced, coords)
         for phase, along in zip(("in", "out"), coords):
             emit_coordinates(w, p, phase, [(row_coords, "[:, None]"), (along, "[None, :]")], "[BLOCK_M, BLOCK_K]")
         _whole_tile(w, scan)
         if uses_position(p):
             _positions(w, scan)
-        values = _before_fold(w, ctx, p, rows, reads, read_mask, "whole")
+        values = _before_fold(w, ctx, p, rows, reads, read_mask, lagged_before.whole(w, "whole_reads"),
+                              lagged=lagged_before.masks)
         w.comment(f"stage {scan.at}: {stage_text(scan.stage)}")
         scanned = _scan_tile(w, ctx, p, scan, combines[0], values, read_mask)
         address = tile_address(rows, ks, [s for s in p.slots if s.phase > 0], row_slots(p))
-        value = after_fold(w, ctx, p, scan, scanned, address, "mask", "[BLOCK_M, BLOCK_K]", "whole", row_slots(p))
+        value = after_fold(w, ctx, p, scan, scanned, address, "mask", "[BLOCK_M, BLOCK_K]",
+                           lagged_after.whole(w, "whole_writes"), row_slots(p), lagged_after.masks)
         if not fused:
             store(w, ctx, p, p.following(scan, Store), value, address, "mask")
         else:

@@ -19,7 +19,7 @@ from ..pipeline.printer import stage_text
 from ..scalar.builtins import OPS
 from ..scalar.dtypes import held_dtype
 from ..scalar.ir import Call, walk
-from .scalar import ScalarContext, Value, emit_function, from_storage, to_storage
+from .scalar import ScalarContext, Value, emit_function, from_storage, render_const, to_storage
 from .writer import Writer
 
 
@@ -132,7 +132,7 @@ def emit_offsets(w: Writer, index: str, groups: list[int], slots, tag: str,
 def row_slots(p: KernelPlan) -> frozenset[str]:
     """The inputs constant along the folded axes (stride 0 along each: a ``(B, 1)`` target beside ``(B, C)``
     logits), which a tile loads once per row, not once per element."""
-    return frozenset(f"in{i}" for i, once in enumerate(p.binding.row_inputs) if once)
+    return frozenset(f"in{i}" for i, once in enumerate(p.binding.row_inputs) if once and not p.inputs[i].lag)
 
 
 def column_slots(p: KernelPlan) -> frozenset[str]:
@@ -149,17 +149,22 @@ def row_bytes(p: KernelPlan) -> int:
 
 
 def emit_loads(w: Writer, ctx: ScalarContext, p: KernelPlan, slots, address: dict[str, str],
-               mask: str, whole: str | None = None, once: frozenset[str] = frozenset()) -> dict[str, Value]:
+               mask: str, whole: str | None = None, once: frozenset[str] = frozenset(),
+               lagged: dict[str, str] | None = None) -> dict[str, Value]:
     """Load each slot at its address expression, converted to its compute dtype; a slot in ``once`` (of
-    :func:`row_slots`, addressed by its rows alone) is loaded as a column, one element a row. With ``whole`` (a scalar
-    condition that implies ``mask`` holds everywhere), a whole tile is loaded without the mask: Triton sets
-    each lane of a masked load to ``other`` before loading it, and ptxas then issues the loads in two waves, the
-    second after the first one's values are used, so a tile waits for memory twice (P4's look-back scan, SASS
-    compiled for sm_90: bench/NOTES.md). Unmasked, every load of the tile is issued before any use."""
+    :func:`row_slots`, addressed by its rows alone) is loaded as a column, one element a row; a slot in ``lagged``
+    (a :class:`~tricomb.lower.segments.Slot` with a lag, addressed at the place it reads) under the mask given
+    there, its ``fill`` elsewhere. With ``whole`` (a scalar condition that implies every mask holds everywhere), a
+    whole tile is loaded without the masks: Triton sets each lane of a masked load to ``other`` before loading
+    it, and ptxas then issues the loads in two waves, the second after the first one's values are used, so a
+    tile waits for memory twice (P4's look-back scan, SASS compiled for sm_90: bench/NOTES.md). Unmasked, every
+    load of the tile is issued before any use."""
     values = {}
+    lagged = lagged or {}
     ranks = dict(zip((s.name for s in p.inputs), p.binding.ranks))
-    masks = {s.name: "row_mask[:, None]" if s.name in once else mask for s in slots}
-    sources = {s.name: f"tl.load({s.name} + {address[s.name]}, mask={masks[s.name]}, other=0)" for s in slots}
+    masks = {s.name: "row_mask[:, None]" if s.name in once else lagged.get(s.name, mask) for s in slots}
+    sources = {s.name: f"tl.load({s.name} + {address[s.name]}, mask={masks[s.name]}, other={render_const(s.fill)})"
+               for s in slots}
     if whole is not None and slots:
         loaded = {s.name: f"x_{s.name}" if held_dtype(s.dtype) == s.dtype else f"raw_{s.name}" for s in slots}
         with w.block(f"if {whole}:"):

@@ -163,7 +163,8 @@ def plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding) -> KernelP
 def _plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding, commutes: tuple[bool, ...]) -> KernelPlan:
     positions = _fold_positions(pipeline)
     owners = input_stages(pipeline)
-    inputs = tuple(Slot(f"in{i}", dtype, sum(owner > at for at in positions))
+    lags = _lags(pipeline)
+    inputs = tuple(Slot(f"in{i}", dtype, sum(owner > at for at in positions), *lags.get(i, ()))
                    for i, (dtype, owner) in enumerate(zip(binding.dtypes, owners)))
     names = ["out"] if len(binding.out_dtypes) == 1 else [f"out{k}" for k in range(len(binding.out_dtypes))]
     outputs = tuple(Slot(name, dtype, len(positions)) for name, dtype in zip(names, binding.out_dtypes))
@@ -175,6 +176,18 @@ def _plan(pipeline: PipelineIR, written: PipelineIR, binding: Binding, commutes:
     segments = _segments(pipeline, folds, outputs, over_rows, written.column_sums)
     return KernelPlan(pipeline, written, binding, inputs, outputs, field_inputs(pipeline), _compute_dtype(binding.dtypes),
                       segments, one_hot=one_hot(segments, pipeline, binding))
+
+
+def _lags(pipeline: PipelineIR) -> dict[int, tuple]:
+    """Per input a zip_with reads with a :class:`~tricomb.pipeline.ir.Lag`, its slot's ``lag`` and ``fill``."""
+    owners = input_stages(pipeline)
+    found = {}
+    for i, owner in enumerate(owners):
+        stage = pipeline.stages[owner]
+        for lag in stage.lags if isinstance(stage, ir.ZipWith) else ():
+            if lag.input == i - owners.index(owner):
+                found[i] = (lag.by, lag.fill)
+    return found
 
 
 def _segments(pipeline: PipelineIR, folds: list[Fold], outputs: tuple[Slot, ...],

@@ -36,11 +36,15 @@ class Slot:
     """A tensor the kernel reads or writes: kernel parameter ``name`` of ``dtype``. ``phase`` is how many folds
     come before the kernel reads it (an input) or writes it (an output): 0 for an input loaded with the tiles
     the first fold combines (every input of an elementwise plan), 1 for one joining after the first fold, 2 after
-    the reduce fused behind a scan; an output's phase is the number of folds."""
+    the reduce fused behind a scan; an output's phase is the number of folds. ``lag``: an input read that many
+    places back along the scanned axis, ``fill`` where that is outside it (a zip_with's
+    :class:`~tricomb.pipeline.ir.Lag`)."""
 
     name: str
     dtype: torch.dtype
     phase: int
+    lag: int = 0
+    fill: float | int | bool = 0
 
 
 @dataclass(frozen=True, slots=True)

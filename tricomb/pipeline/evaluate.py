@@ -14,7 +14,7 @@ from ..errors import AxisError, StageError, TricombError
 from ..scalar.builtins import COORDINATES, INDEX, OPS
 from ..scalar.dtypes import typed_identity
 from ..scalar.ir import Function, JitCall, fold
-from .ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
+from .ir import Attach, Lag, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from .jit_apply import apply_jit
 from .operators import fold_reduce, fold_scan, identities
 from .verify import builtin_parts, iteration_axes, operator_identity, operator_spec
@@ -249,6 +249,32 @@ def column_summed(pipeline: PipelineIR, stream: list[torch.Tensor]) -> list[torc
             for j, f in enumerate(stream)]
 
 
+def with_lags(stage: Map | ZipWith, args: list[torch.Tensor], first: int) -> list[torch.Tensor]:
+    """A stage's arguments with each input one of its :class:`~.ir.Lag` names (``args[first + lag.input]``) broadcast
+    to the arguments' shape and read as the lag says."""
+    lags = stage.lags if isinstance(stage, ZipWith) else ()
+    if not lags:
+        return args
+    shape = torch.broadcast_shapes(*(a.shape for a in args))
+    out = list(args)
+    for lag in lags:
+        out[first + lag.input] = lagged(args[first + lag.input].expand(shape), lag)
+    return out
+
+
+def lagged(t: torch.Tensor, lag: Lag) -> torch.Tensor:
+    """``t`` read ``lag.by`` places back along ``lag.axis``: element i holds ``t``'s element ``i - by`` there, and
+    ``lag.fill`` where that is outside the axis (everywhere, for a 0-d ``t``)."""
+    fill = torch.full((), lag.fill, dtype=t.dtype, device=t.device)
+    if t.dim() == 0:
+        return t if lag.by == 0 else fill
+    axis = lag.axis % t.dim()
+    n = t.shape[axis]
+    source = torch.arange(n, device=t.device).view([-1 if d == axis else 1 for d in range(t.dim())]) - lag.by
+    inside = (source >= 0) & (source < n)
+    return torch.where(inside, torch.roll(t, lag.by, axis) if n else t, fill)
+
+
 def attach_fields(stage: Attach, xs: list[torch.Tensor], after_op: OpHook = _identity) -> list[torch.Tensor]:
     """torch's stream after ``stage`` on the stream fields ``xs``: the fields broadcast together, then the
     attached pipeline's result fields, each with the reduced axes kept (as ``keepdim=True``) and expanded to the
@@ -282,7 +308,8 @@ def _evaluate_stage(stage, i: int, stream: list, pending: list, after_op: OpHook
     """One stage: returns the new stream (its fields) and the inputs not yet consumed."""
     if isinstance(stage, (Map, ZipWith)):
         take = new_inputs((stage,))[0] if i == 0 else max(stage.fn.arity - len(stream), 0)
-        return evaluate_function(stage.fn, stream + pending[:take], after_op), pending[take:]
+        args = with_lags(stage, stream + pending[:take], len(stream))
+        return evaluate_function(stage.fn, args, after_op), pending[take:]
     xs = stream if i else pending[:1]
     if isinstance(stage, Attach):
         return attach_fields(stage, xs, after_op), pending[0 if i else 1:]

@@ -23,17 +23,33 @@ class Map:
 
 
 @dataclass(frozen=True, slots=True)
+class Lag:
+    """One input of a :class:`ZipWith` read ``by`` places back along ``axis``: the element at coordinate ``i``
+    there reads the input (broadcast to the stream's shape) at ``i - by``, and ``fill`` where that falls outside
+    the axis. ``input`` counts among the inputs the stage brings in. Only derivative rules build lags (a scan's
+    backward reads the forward's saved result one step back, its exclusive prefix), on the axis of the pipeline's
+    scan, where its kernel reads each row in order."""
+
+    input: int
+    axis: int
+    by: int
+    fill: float | int | bool = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ZipWith:
     """Combine the stream with ``fn.arity - 1`` new inputs, elementwise, after broadcasting.
 
     As the first stage of a pipeline it takes ``fn.arity`` inputs and no stream. ``constant_along``: axes of the
     stream along which each new input must have size 1 (a ``(N, 1)`` target beside ``(N, C)`` logits), checked
-    when the pipeline is called; a ``(N,)`` one would broadcast along the other axis.
+    when the pipeline is called; a ``(N,)`` one would broadcast along the other axis. ``lags``: new inputs read
+    at another place along an axis (:class:`Lag`).
     """
 
     fn: Function
     location: Location | None = field(default=None, compare=False)
     constant_along: tuple[int, ...] = ()
+    lags: tuple[Lag, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

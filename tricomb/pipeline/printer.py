@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..scalar.builtins import COORDINATES
 from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall, children, tree_size, walk
-from .ir import Attach, Map, PipelineIR, Reduce, Stage, ZipWith
+from .ir import Attach, Lag, Map, PipelineIR, Reduce, Stage, ZipWith
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS
 from .verify import operator_spec
 
@@ -90,7 +90,8 @@ def stage_text(stage: Stage) -> str:
     if isinstance(stage, ZipWith):
         along = stage.constant_along
         text = f"zip_with {function_text(stage.fn)}"
-        return text if not along else text + _args(constant_along=along[0] if len(along) == 1 else along)
+        text = text if not along else text + _args(constant_along=along[0] if len(along) == 1 else along)
+        return text + "".join(_lag_text(lag) for lag in stage.lags)
     if isinstance(stage, Attach):
         inner = stage.pipeline
         return f"attach {stage_text(inner.stages[0])}" if len(inner.stages) == 1 else \
@@ -115,6 +116,11 @@ def stage_text(stage: Stage) -> str:
         return f"{INDEX_SHORTHANDS['scan', spec.name]}{args}"
     short = BY_OPERATOR.get(("scan", spec.name)) if spec else None
     return f"{short}{args}" if short else f"scan {function_text(stage.op)}{args}"
+
+
+def _lag_text(lag: Lag) -> str:
+    """A lag as IR text (derivative rules build lags; the DSL has no words for them)."""
+    return f"; its input {lag.input} read {lag.by} back along axis {lag.axis}, {lag.fill!r} outside"
 
 
 def pipeline_text(pipeline: PipelineIR) -> str:

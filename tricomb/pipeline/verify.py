@@ -241,7 +241,24 @@ def verify(pipeline: PipelineIR) -> PipelineIR:
                                    "split it into two pipelines (the scan, then the reduce)", stage.location)
     if pipeline.column_sums:
         _check_column_sums(pipeline, combines, attached, widths[-1])
+    _check_lags(pipeline)
     return pipeline
+
+
+def _check_lags(pipeline: PipelineIR) -> None:
+    """Lags (:class:`~.ir.Lag`) read inputs of a zip_with along the axis of the pipeline's one scan, before any
+    reduce: the kernel of a scan reads each row in order, so the place before is an offset of the place read."""
+    stages = pipeline.stages
+    scan = next((s for s in stages if isinstance(s, Scan)), None)
+    counts = new_inputs(stages)
+    for i, stage in enumerate(stages):
+        for lag in stage.lags if isinstance(stage, ZipWith) else ():
+            if scan is None or any(isinstance(s, (Reduce, Attach)) for s in stages[:i]) or lag.axis != scan.axis:
+                raise UnsupportedError(f"a lag along axis {lag.axis} needs a scan along that axis in the pipeline "
+                                       "and no reduce before it", stage.location)
+            if not 0 <= lag.input < counts[i]:
+                raise UnsupportedError(f"a lag names input {lag.input} of a zip_with that brings in {counts[i]}",
+                                       stage.location)
 
 
 def _check_column_sums(pipeline: PipelineIR, combines: list[Stage], attached: bool, width: int) -> None:

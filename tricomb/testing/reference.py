@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..pipeline.evaluate import (attach_fields, coordinate, evaluate_fields, evaluate_function, reduce_fields, reduce_tensor,
+from ..pipeline.evaluate import (attach_fields, coordinate, evaluate_fields, evaluate_function, reduce_fields, reduce_tensor, with_lags,
                                  scan_fields, scan_tensor)
 from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import iteration_axes, operator_spec
@@ -201,9 +201,10 @@ class _Stream:
                 self._combine(stage)
 
     def _apply(self, stage, new: list, new_metas: list) -> None:
-        args = self.kinds + new_metas
-        self.values, self.scales = _apply(stage, self.values + new, self.scales + [_magnitude(a) for a in new],
-                                          self.rounded, [m.dtype for m in args])
+        args = with_lags(stage, self.kinds + new_metas, len(self.kinds))
+        values = with_lags(stage, self.values + new, len(self.values))
+        scales = self.scales + [_magnitude(a) for a in values[len(self.values):]]
+        self.values, self.scales = _apply(stage, values, scales, self.rounded, [m.dtype for m in args])
         self.loose = [_spread(self.loose, v.shape) for v in self.values]
         self.kinds = evaluate_function(stage.fn, args)
         self.seen |= {k.dtype for k in self.kinds}
