@@ -239,6 +239,9 @@ _ORDERED = {  # operators that do not commute, or have no identity, against torc
     "harmonic reduce": (tc.map(lambda x: 1.0 + x * x) >> tc.reduce(lambda a, b: a * b / (a + b), axis=-1),
                         [(3, 6)]),
     "welford": (tc.library.var(axis=-1, correction=0), [(4, 7)]),
+    # a 0-d stream scans as one element: its cotangent and saved result too, so nothing computes in float32
+    "running minimum of a 0-d stream": (tc.zip_with(tc.logaddexp) >> tc.zip_with(tc.mul)
+                                        >> tc.scan(tc.minimum, axis=0, reverse=True), [(), (), ()]),
     # its pullback reads the prefix's second field, which no result holds: recomputed alone
     "scaled running sum": (_SCALED_SUM, [(3, 7), (3, 7)]),
     "scaled running sum, reversed": (tc.zip_with(lambda s, m: (s, m))

@@ -320,7 +320,7 @@ class AdjointScan(_Adjoint):
             early, cots = [t.reshape(1) for t in early], [None if g is None else g.reshape(1) for g in cots]
         kernel = scan_kernel(p, _names(p), f.given, f.floats, f.wanted)
         prefix = _Prefix(f, kernel.reads, result)
-        tensors = prefix.tensors(early, run)
+        tensors = prefix.tensors(early, cots, run)
         elements = Function(len(tensors), renumbered(kernel.elements, 0, prefix.kept), "jacobians")
         grads_in = renumbered(kernel.pullback, kernel.width, prefix.kept)
         stages = (ZipWith(elements, lags=prefix.lags), kernel.scan)
@@ -407,11 +407,12 @@ class _Prefix:
         self.lags = () if not self.saved else tuple(
             Lag(n + j, f.p.fold.axis, by, fill) for j, (_, by, fill) in enumerate(self.saved) if by)
 
-    def tensors(self, early: list, run: Run) -> list:
+    def tensors(self, early: list, cots: list, run: Run) -> list:
         """The backward kernel's tensors: the early inputs, the prefix fields passed (recomputed by one kernel
-        where they are not saved), the cotangents."""
+        where they are not saved), the cotangents ``cots`` of the fields given (all of the stream's rank: a 0-d
+        stream's as one element, since a 0-d tensor would not take part in the kernel's dtype promotion)."""
         if self.saved is not None:
-            prefix = [t for t, _, _ in self.saved]
+            prefix = [t.reshape(early[0].shape) if t.dim() == 0 else t for t, _, _ in self.saved]
         elif self.fields:
             fold, width = self.f.p.fold, self.f.flag + self.f.k
             pipeline = self.f.prefix(fold.op, fold.axis, fold.reverse)
@@ -421,7 +422,7 @@ class _Prefix:
             prefix = run(pipeline, tuple(early))
         else:
             prefix = []
-        return [*early, *prefix, *(self.f.cots[a] for a in self.f.given)]
+        return [*early, *prefix, *(cots[a] for a in self.f.given)]
 
 
 def saved_prefix(f: _Fold, fields: list[int], result: tuple) -> list[tuple] | None:
