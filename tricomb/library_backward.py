@@ -57,7 +57,7 @@ def softmax(forward: api.Pipeline, axis) -> None:
 
     def rule(inputs, result, grads, wanted, run):
         return [run(back.ir, (result[0], grads[0]))[0]]
-    define(forward.ir, rule, "softmax")
+    define(forward.ir, rule)
 
 
 def log_softmax(forward: api.Pipeline, axis) -> None:
@@ -66,7 +66,7 @@ def log_softmax(forward: api.Pipeline, axis) -> None:
 
     def rule(inputs, result, grads, wanted, run):
         return [run(back.ir, (result[0], grads[0]))[0]]
-    define(forward.ir, rule, "log_softmax")
+    define(forward.ir, rule)
 
 
 def _weighted(weight: bool) -> api.Pipeline:
@@ -113,7 +113,7 @@ def rms_norm(forward: api.Pipeline, eps: float, weight: bool, axis) -> None:
         if weight_grad:
             found[1] = summed_to(fields[1], inputs[1].shape, run).to(inputs[1].dtype)
         return _in_order(wanted, found)
-    define(forward.ir, rule, "rms_norm")
+    define(forward.ir, rule)
 
 
 def layer_norm(forward: api.Pipeline, eps: float, weight: bool, bias: bool, axis) -> None:
@@ -148,7 +148,7 @@ def layer_norm(forward: api.Pipeline, eps: float, weight: bool, bias: bool, axis
         if bias_grad:
             found[b] = summed_to(fields[-1], inputs[b].shape, run).to(inputs[b].dtype)
         return _in_order(wanted, found)
-    define(forward.ir, rule, "layer_norm")
+    define(forward.ir, rule)
 
 
 def variance(forward: api.Pipeline, axis, keepdim: bool, correction: int, root: bool) -> None:
@@ -178,7 +178,7 @@ def variance(forward: api.Pipeline, axis, keepdim: bool, correction: int, root: 
         dof = math.prod(x.shape[a] for a in axes) - correction  # (unclamped, as torch's var_backward over dims)
         scale = 2.0 / dof if dof else math.inf
         return [run(back(scale).ir, (x, *kept))[0].to(x.dtype)]
-    define(forward.ir, rule, "var or std")
+    define(forward.ir, rule)
 
 
 def cross_entropy(forward: api.Pipeline, ignore_index: int, reduction: str, smoothing: float, axis: int,
@@ -214,4 +214,4 @@ def cross_entropy(forward: api.Pipeline, ignore_index: int, reduction: str, smoo
         count = (run(counted.ir, (t,))[0].reshape((1,) * rank),) if reduction == "mean" else ()
         dx = run(back(x.shape[axis]).ir, (x, t, g, *count))[0]
         return [dx.to(x.dtype) if i == 0 else None for i in wanted]
-    define(forward.ir, rule, "cross_entropy")
+    define(forward.ir, rule)

@@ -8,7 +8,9 @@ One class per kind of pipeline, selected by the kind of its fold (:data:`RULES`)
   through the stages before;
 * :class:`ScanRule` (maps, a cumsum, maps): as a reduce, with the reverse cumsum of the cotangent between;
 * :class:`~.adjoint.AdjointReduce` and :class:`~.adjoint.AdjointScan`: a reduce or scan by any other operator
-  (prod, cumprod, cummax, logcumsumexp, tuple operators), by the reverse scan of its adjoint (``adjoint.py``).
+  (prod, cumprod, cummax, logcumsumexp, tuple operators), by the reverse scan of its adjoint (``adjoint.py``);
+* :class:`~.composed.Composed`: a pipeline that folds more than once (an attach, a second reduce or scan), cut
+  into pipelines of one fold each, their backwards chained (``composed.py``).
 
 What is saved for backward, by stage kind: maps and zip_withs save nothing of their own (their values are
 recomputed inside the backward kernels: a map's output is cheaper to recompute than to store and read back);
@@ -26,34 +28,16 @@ from typing import Callable
 
 import torch
 
-from ..errors import UnsupportedError
-from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith
-from ..pipeline.printer import stage_text
+from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, ZipWith
 from ..pipeline.verify import iteration_axes, operator_spec
 from ..scalar.builtins import convert_op
 from ..scalar.derivatives import differentiable, pullback
 from ..scalar.ir import Arg, Call, Expr, Function, substitute
 from ..scalar.trace import BUILTINS, Traced
 from .adjoint import AdjointReduce, AdjointScan
+from .composed import Composed
 from .gather import ADD, Run, Tensors, after_fold, gather, with_cotangents, zero_if_none
 from .parts import Parts, compose, parts
-_GRADIENT_OF = ("maps and zip_withs (of builtins, Python functions and @triton.jit functions over them), with "
-                "one reduce or scan by any differentiable operator (sum, prod, max, logaddexp, cumprod, cummax, "
-                "a tuple operator such as the linear recurrence)")
-
-
-_LIBRARY_HINT = ("tc.library's softmax, log_softmax, rms_norm, layer_norm, cross_entropy, var and std have their own "
-                 "backward when one of them is the whole pipeline (call it apart from the stages around it)")
-
-
-def _refuse(stage, why: str):
-    text = stage_text(stage)
-    text = text if len(text) <= 80 else text[:77] + "..."
-    raise UnsupportedError(f"no gradient for {text}: {why}; this version differentiates {_GRADIENT_OF}, and "
-                           f"{_LIBRARY_HINT}. Call the pipeline under torch.no_grad(), or on x.detach()",
-                           getattr(stage, "location", None))
-
-
 class NoGradient:
     """A reduce whose result carries no gradient (argmax and argmin's positions, any and all's bools): torch
     gives such results no grad_fn, and autograd never asks for their backward."""
@@ -110,9 +94,7 @@ class ReduceRule:
 
     @staticmethod
     def check(p: Parts) -> None:
-        if p.fold.skip_nan and p.fold.mean:
-            _refuse(p.fold, "nanmean's gradient is not derived yet (nansum's is: divide it by the count of elements "
-                            "that are not NaN, a sum of where(x == x, 1.0, 0.0), in a pipeline of its own)")
+        pass
 
     @staticmethod
     def backward(p: Parts, inputs: tuple, result: tuple, grads: Tensors, wanted: tuple[int, ...], run: Run):
@@ -124,20 +106,25 @@ class ReduceRule:
         kept = _kept(reduced, p.fold, axes)
         spread = _kept(dreduced, p.fold, axes)
         name = operator_spec(p.fold.op).name
-        if p.fold.mean:
+        if p.fold.mean and not p.fold.skip_nan:
             spread = spread / math.prod(shape[d] for d in axes)
         before = p.before_function()
         n = p.early
         stream = substitute(before, [Arg(i) for i in range(n)])[0]
-        # the stream's cotangent, over arguments n (the spread cotangent), n + 1 (the result), n + 2 (ties)
+        # the stream's cotangent, over arguments n (the spread cotangent), n + 1 (the result or a count), n + 2
         g, r = Traced(Arg(n)), Traced(Arg(n + 1))
+        nan = Traced(stream) != Traced(stream)
         if name in ("maximum", "minimum"):
-            extras = [spread, kept, run(_tie_count(before, n, axes, kept.dtype), (*early, kept))[0]]
+            ties = _row_count(before, n, axes, lambda x: Call("eq", (_as(x, kept.dtype), Arg(n))), 1)
+            extras = [spread, kept, run(ties, (*early, kept))[0]]
             share = (g / Traced(Arg(n + 2))) * (Traced(_as(stream, kept.dtype)) == r)
         elif name == "logaddexp":
             extras, share = [spread, kept], g * BUILTINS["exp"](Traced(stream) - r)
+        elif p.fold.skip_nan and p.fold.mean:  # torch's nanmean: nansum's gradient over the count of numbers
+            valid = _row_count(before, n, axes, lambda x: Call("eq", (x, x)), 0)  # (0 in a row of NaN: NaN, as torch)
+            extras, share = [spread, run(valid, early)[0]], BUILTINS["where"](nan, 0.0, g) / r
         elif p.fold.skip_nan:  # torch's nansum: no gradient to a NaN element
-            extras, share = [spread], BUILTINS["where"](Traced(stream) != Traced(stream), 0.0, g)
+            extras, share = [spread], BUILTINS["where"](nan, 0.0, g)
         else:
             extras, share = [spread], g
         early_wanted = tuple(i for i in wanted if i < n)
@@ -176,8 +163,9 @@ class ScanRule:
         return gather(pullback(before, early_wanted), early, [spread], early_wanted, run) + late_grads
 
 
-# One class per kind of gradient, the first that applies taking it: the closed forms before the general rule.
-RULES = (NoGradient, Elementwise, ReduceRule, ScanRule, AdjointReduce, AdjointScan)
+# One class per kind of gradient, the first that applies taking it: a pipeline that folds more than once is cut
+# into pipelines of one fold; then the closed forms before the general rule.
+RULES = (Composed, NoGradient, Elementwise, ReduceRule, ScanRule, AdjointReduce, AdjointScan)
 
 
 def rule(p: Parts):
@@ -189,45 +177,24 @@ def rule(p: Parts):
 # so an equal pipeline (built again, or parsed from its text) has it too. A rule takes the inputs, the result's
 # fields, their cotangents, the positions of the inputs wanted and a Run, and returns their gradients.
 DEFINED: dict[PipelineIR, Callable] = {}
-_NAMES: dict[PipelineIR, str] = {}
 
 
-def define(pipeline: PipelineIR, rule: Callable, name: str) -> None:
-    """Give ``pipeline`` its own backward ``rule`` (see :data:`DEFINED`); ``name`` is what a user calls it
-    (``"softmax"``), for the refusal of a longer pipeline that holds it."""
+def define(pipeline: PipelineIR, rule: Callable) -> None:
+    """Give ``pipeline`` its own backward ``rule`` (see :data:`DEFINED`)."""
     DEFINED[pipeline] = rule
-    _NAMES[pipeline] = name
-
-
-def _within_library(pipeline: PipelineIR) -> str:
-    """Words for a pipeline that holds one with its own backward (:data:`DEFINED`) among other stages: which
-    stages are its, and that it must be called alone."""
-    stages = pipeline.stages
-    held = [(len(own.stages), at, own) for own in DEFINED for at in range(len(stages) - len(own.stages) + 1)
-            if stages[at:at + len(own.stages)] == own.stages]
-    if not held:
-        return ""
-    n, at, own = max(held, key=lambda h: h[0])  # (the longest: a layer_norm with weight holds one without)
-    return (f" (stages {at} to {at + n - 1} are tc.library's {_NAMES[own]}, whose own backward applies when it is "
-            "the whole pipeline: call it alone, and the stages around it as pipelines of their own)")
 
 
 def check(pipeline: PipelineIR) -> Parts | None:
-    """Raise UnsupportedError, naming the stage, for a pipeline whose gradient this version does not derive;
-    else return its parts (None for a pipeline with its own backward). Called before the forward kernel runs,
-    so a refused gradient launches nothing."""
+    """Raise UnsupportedError, naming the function, for a pipeline whose gradient this version does not derive (a
+    ``@triton.jit`` function without a derivative, in any of its parts); else return its parts (None for a
+    pipeline with its own backward). Called before the forward kernel runs, so a refused gradient launches
+    nothing."""
     if pipeline in DEFINED:
         return None
     for stage in pipeline.stages:
-        if isinstance(stage, Attach):
-            _refuse(stage, "gradients through attach are not derived yet" + _within_library(pipeline))
         if isinstance(stage, (Map, ZipWith)):
             differentiable(stage.fn)
     p = parts(pipeline)
-    for stage in p.after:
-        if not isinstance(stage, (Map, ZipWith)):
-            _refuse(stage, "a second reduce or scan has no derived gradient yet (split the pipeline before it: two "
-                           "pipelines, one fold each, differentiate)")
     rule(p).check(p)
     return p
 
@@ -265,11 +232,10 @@ def _as(expr: Expr, dtype: torch.dtype) -> Expr:
     return Call(convert_op(dtype), (Call(convert_op(torch.float32), (expr,)),))
 
 
-def _tie_count(before: Function, n: int, axes: tuple[int, ...], dtype: torch.dtype) -> PipelineIR:
-    """The pipeline counting, per row, the elements equal to the row's extreme (input ``n``, kept dims, of
-    ``dtype``)."""
+def _row_count(before: Function, n: int, axes: tuple[int, ...], counted, extra: int) -> PipelineIR:
+    """The pipeline counting, per row (the reduced ``axes`` kept), the elements of the stream before the reduce
+    (``before`` of the ``n`` early inputs) for which ``counted`` of the element holds: an expression that may read
+    ``extra`` inputs after the early ones (an extreme's ties read the extreme)."""
     stream = substitute(before, [Arg(i) for i in range(n)])[0]
-    equal = Function(n + 1, (Call("eq", (_as(stream, dtype), Arg(n))),), "ties")
-    return PipelineIR((ZipWith(equal) if n + 1 > 1 else Map(equal), Reduce(ADD, axes, keepdim=True)))
-
-
+    fn = Function(n + extra, (counted(stream),), "counted")
+    return PipelineIR((ZipWith(fn) if n + extra > 1 else Map(fn), Reduce(ADD, axes, keepdim=True)))

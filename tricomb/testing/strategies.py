@@ -460,6 +460,7 @@ _SMOOTH_EVERYWHERE = {
     "reciprocal": lambda v: BUILTINS["reciprocal"](2.0 + BUILTINS["sin"](v)),
     "affine": lambda v: 0.75 * v - 0.5, "pow": lambda v: (1.0 + v * v) ** 1.5,
 }
+_BOUNDED = ("sin", "cos", "tanh", "sigmoid", "erf")  # smooth functions whose values and derivatives are bounded
 _SMOOTH_BINARY_EVERYWHERE = {
     "add": BUILTINS["add"], "sub": BUILTINS["sub"], "mul": BUILTINS["mul"],
     "div": lambda a, b: a / (1.0 + b * b), "logaddexp": BUILTINS["logaddexp"],
@@ -467,8 +468,10 @@ _SMOOTH_BINARY_EVERYWHERE = {
     "where": lambda a, b: BUILTINS["where"](b > 0, a * b, a - b),
 }
 DIFFERENTIABLE_FOLDS = (None, "sum", "mean", "max", "min", "logsumexp", "prod", "no-identity", "cumsum",
-                        "cumprod", "logcumsumexp", "cummax", "cummin", "recurrence", "user-scan")
-_FULL_FOLDS = ("max", "min", "cummax", "cummin")  # folds whose inputs must not broadcast (repeats would tie)
+                        "cumprod", "logcumsumexp", "cummax", "cummin", "recurrence", "user-scan", "attach",
+                        "two attaches", "scan then reduce", "reduce then reduce")
+# folds whose inputs must not broadcast (repeats would tie)
+_FULL_FOLDS = ("max", "min", "cummax", "cummin", "attach", "two attaches", "scan then reduce")
 _SCANS = {"cumsum": api.cumsum, "cumprod": api.cumprod,
           "logcumsumexp": functools.partial(api.scan, BUILTINS["logaddexp"]),
           "cummax": functools.partial(api.scan, BUILTINS["maximum"]),
@@ -489,15 +492,29 @@ def _recurrence(axis: int, reverse: bool) -> api.Pipeline:
             >> api.map(lambda h, decay: h + 0.5 * decay))
 
 
+def _attach(draw, axis: int) -> api.Pipeline:
+    """An attach of a sum, mean, max or logsumexp along ``axis`` (of a bounded smooth map first, but for max,
+    where the map could tie), then a smooth function of the element and the row's result. (The map is bounded
+    so that the stages around it do not compose into derivatives so steep that gradcheck's finite differences
+    miss them: ``pow`` of ``pow`` into ``cos`` has a third derivative near 3e13 at -1.8.)"""
+    name = draw(st.sampled_from(["sum", "mean", "max", "logsumexp"]))
+    inner = api.reduce(BUILTINS["logaddexp"], axis=axis) if name == "logsumexp" else getattr(api, name)(axis=axis)
+    if name != "max" and draw(st.booleans()):
+        inner = api.map(_SMOOTH_EVERYWHERE[draw(st.sampled_from(_BOUNDED))]) >> inner
+    use = _SMOOTH_BINARY_EVERYWHERE[draw(st.sampled_from(sorted(_SMOOTH_BINARY_EVERYWHERE)))]
+    return api.attach(inner) >> api.map(use)
+
+
 @st.composite
 def differentiable_cases(draw, max_numel: int = 24) -> Case:
     """A pipeline whose gradient tricomb derives (maps and zip_withs of functions smooth everywhere, with at most
     one fold of :data:`DIFFERENTIABLE_FOLDS`, every closed form and the general adjoint rule's operators: a
     product, an operator without an identity, cumprod, logcumsumexp, cummax, cummin, the linear recurrence's
-    tuple scan; and stages after it that may bring in inputs of its result's shape), with float64 inputs of
-    moderate values (in [-2, 2], none repeated, so a max has no tie) and small sizes, for
-    ``torch.autograd.gradcheck``. Inputs before a max, min, cummax or cummin have the full shape: a broadcast
-    input repeats its values along the reduced axes, which would tie."""
+    tuple scan; or folds that make a pipeline of several: one or two attaches, a scan then a reduce, a reduce then
+    a reduce of the rows; and stages after it that may bring in inputs of its result's shape), with float64
+    inputs of moderate values (in [-2, 2], none repeated, so a max has no tie) and small sizes, for
+    ``torch.autograd.gradcheck``. Inputs before a max, min, cummax, cummin or attach have the full shape: a
+    broadcast input repeats its values along the reduced axes, which would tie."""
     shape = _trim(draw(shapes(max_side=5)), max_numel)
     fold = draw(st.sampled_from(DIFFERENTIABLE_FOLDS))
     inputs = [_distinct(draw, shape)]
@@ -507,8 +524,8 @@ def differentiable_cases(draw, max_numel: int = 24) -> Case:
     if fold is not None:
         stage, shape = _differentiable_fold(draw, fold, shape)
         stages.append(stage)
-        for _ in range(draw(st.integers(0, 2))):
-            stages.append(_smooth_stage(draw, shape, inputs, full=False))
+        for _ in range(draw(st.integers(0, 2))):  # (no input joins after a reduce of the rows)
+            stages.append(_smooth_stage(draw, shape, inputs, full=False, maps_only=fold == "reduce then reduce"))
     if not stages:
         stages.append(api.map(_SMOOTH_EVERYWHERE[draw(st.sampled_from(sorted(_SMOOTH_EVERYWHERE)))]))
     return Case(_compose(stages), tuple(inputs))
@@ -524,8 +541,8 @@ def _distinct(draw, shape) -> torch.Tensor:
     return (grid + jitter)[torch.randperm(n, generator=gen)].reshape(shape)
 
 
-def _smooth_stage(draw, shape, inputs: list, full: bool) -> api.Pipeline:
-    if draw(st.booleans()):
+def _smooth_stage(draw, shape, inputs: list, full: bool, maps_only: bool = False) -> api.Pipeline:
+    if maps_only or draw(st.booleans()):
         return api.map(_SMOOTH_EVERYWHERE[draw(st.sampled_from(sorted(_SMOOTH_EVERYWHERE)))])
     op = _SMOOTH_BINARY_EVERYWHERE[draw(st.sampled_from(sorted(_SMOOTH_BINARY_EVERYWHERE)))]
     inputs.append(_distinct(draw, shape if full else draw(broadcastable(shape))))
@@ -544,6 +561,15 @@ def _differentiable_fold(draw, name: str, shape):
         return _recurrence(along, draw(st.booleans())), shape
     if name == "user-scan":
         return api.scan(_no_identity, axis=along, reverse=draw(st.booleans())), shape
+    if name in ("attach", "two attaches"):
+        return _compose([_attach(draw, along) for _ in range(1 if name == "attach" else 2)]), shape
+    smooth = api.map(_SMOOTH_EVERYWHERE[draw(st.sampled_from(sorted(_SMOOTH_EVERYWHERE)))])
+    if name == "scan then reduce":
+        scan = _SCANS[draw(st.sampled_from(["cumsum", "cummax"]))](axis=along, reverse=draw(st.booleans()))
+        return scan >> smooth >> draw(st.sampled_from([api.sum, api.max]))(axis=along), _reduced_shape(shape, along,
+                                                                                                        False)
+    if name == "reduce then reduce":
+        return api.sum(axis=along) >> smooth >> api.sum(), ()
     axis = draw(st.one_of(st.none(), st.integers(-bound, bound - 1), st.lists(st.integers(0, bound - 1), min_size=1, max_size=bound, unique=True).map(tuple)))
     keepdim = draw(st.booleans())
     if name == "logsumexp":
