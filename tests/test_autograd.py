@@ -476,6 +476,19 @@ def test_explain_and_source_show_the_backward_kernels(name):
             ast.parse(module.split("\n", 1)[1])
 
 
+def test_explain_counts_the_kernels_of_the_gradients_asked_for():
+    """Only the inputs that require grad get a gradient, so explain() counts the kernels of theirs: here the
+    weight's alone (one kernel, summed over the rows), where both take two."""
+    pipe = tc.zip_with(lambda a, b: a * b) >> tc.sum(axis=-1)
+    x = torch.randn(3, 4, dtype=torch.float64)
+    w = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    out = pipe(x, w)
+    with count_launches() as launches:
+        torch.autograd.grad(out, w, torch.ones(3, dtype=torch.float64))
+    assert pipe.explain(x, w).backward_kernels == launches.triton == 1
+    assert pipe.explain(x.requires_grad_(True), w).backward_kernels == 2
+
+
 def test_explain_says_why_a_pipeline_has_no_backward(jit_clamped):
     """The forward's plan all the same, and the reason a call with grad would raise, word for word."""
     pipe = tc.map(jit_clamped) >> tc.cumsum(axis=-1) >> tc.sum(axis=-1)
@@ -804,6 +817,7 @@ def test_forward_mode_tangents_are_refused_not_dropped():
 _CONSTANT_OPERANDS = {  # a builtin with a constant operand, whose derivative combines that constant with others
     "pow-constant-exponent": (tc.map(lambda v: v ** 0.7), lambda t: t ** 0.7),
     "pow-constant-base": (tc.map(lambda v: 0.3 ** v), lambda t: 0.3 ** t),
+    "pow-integer-base": (tc.map(lambda v: 2 ** v), lambda t: 2 ** t),  # log(2) of an int, in double too
     "norm-3": (tc.library.norm(3.0), lambda t: torch.linalg.vector_norm(t, 3.0)),
 }
 

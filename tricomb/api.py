@@ -126,9 +126,9 @@ class Pipeline:
     @_nesting_refused
     def source(self, *inputs: torch.Tensor, backward: bool = False) -> str:
         """The emitted module (Python source) for inputs like ``inputs``: it defines ``launch(*inputs)``. With
-        ``backward=True``, the modules of the kernels a backward runs for the float inputs' gradients, one after
-        another, each headed by a comment naming its pipeline (each is a module of its own). Raises
-        UnsupportedError where no gradient is derived."""
+        ``backward=True``, the modules of the kernels a backward runs for the gradients of the inputs that
+        require grad (of every float input, when none does), one after another, each headed by a comment naming
+        its pipeline (each is a module of its own). Raises UnsupportedError where no gradient is derived."""
         if not isinstance(backward, bool):
             raise ArgumentError(f"backward={backward!r}: give True or False", caller_location())
         if not backward:

@@ -272,10 +272,11 @@ def run_fields(ir: PipelineIR, tensors: tuple) -> list[torch.Tensor]:
 
 def backward_kernels(ir: PipelineIR, inputs: tuple) -> list[tuple[PipelineIR, tuple]]:
     """The backward pipelines, each with inputs like its own, that a backward of ``ir`` on inputs like ``inputs``
-    runs for the gradients of the float inputs, derived without running one: each records itself and answers
-    with tensors of torch's result (allocated, not computed). Raises UnsupportedError as a call with grad
-    would."""
-    wanted = tuple(i for i, t in enumerate(inputs) if t.is_floating_point())
+    runs for the gradients of the inputs that require grad (of every float input, when none does), derived
+    without running one: each records itself and answers with tensors of torch's result (allocated, not
+    computed). Raises UnsupportedError as a call with grad would."""
+    wanted = tuple(i for i, t in enumerate(inputs) if t.requires_grad) or \
+        tuple(i for i, t in enumerate(inputs) if t.is_floating_point())
     if not wanted:
         return []
     autograd.check(ir)

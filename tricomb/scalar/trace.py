@@ -150,10 +150,11 @@ def _apply(op: str, *args) -> Traced:
 
 def _folded(op: str, exprs: tuple) -> Const | None:
     """``op`` of Python numbers alone as Python computes it: + - * / of ints and floats by Python's own
-    arithmetic (exact integers, or doubles); another builtin of floats by torch's function in float64. None
+    arithmetic (exact integers, or doubles); another builtin of floats, or of ints where torch gives a float
+    (``log(2)``, as torch's formulas take a number's logarithm in double), by torch's function in float64. None
     (the builtin stays in the kernel) for anything else: bools, a division by zero, an integer past int64,
-    another builtin of an int, pow (torch computes a power of a number by other kernels), a result that is not
-    a float."""
+    another builtin of an int (``abs(-3)`` is an int), pow (torch computes a power of a number by other
+    kernels), a result that is not a float."""
     if op not in PUBLIC or not exprs or not all(isinstance(e, Const) and type(e.value) in (int, float) for e in exprs):
         return None
     values = [e.value for e in exprs]
@@ -162,7 +163,9 @@ def _folded(op: str, exprs: tuple) -> Const | None:
             return None
         value = _FOLDED[op](*values)
         return Const(value) if type(value) is float or -2**63 <= value < 2**63 else None
-    if op == "pow" or not all(type(v) is float for v in values):
+    if op == "pow":
+        return None
+    if not all(type(v) is float for v in values) and not PUBLIC[op].torch(*map(torch.tensor, values)).is_floating_point():
         return None
     value = PUBLIC[op].torch(*(torch.tensor(v, dtype=torch.float64) for v in values))
     return Const(value.item()) if isinstance(value, torch.Tensor) and value.dtype == torch.float64 else None
