@@ -10,6 +10,8 @@ import warnings
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import given, settings
 
 import tricomb as tc
@@ -274,6 +276,10 @@ def test_operator_gradients_keep_the_operators_order(name, device):
 
 # ---- pipelines that fold more than once: cut into parts, their backwards chained -----------------------------
 
+def _PAIR_SUM(s1, q1, s2, q2):
+    return s1 + s2, q1 + q2
+
+
 _COMPOSED = {
     "attach of a map and a mean": (tc.attach(tc.map(tc.square) >> tc.mean(axis=-1))
                                    >> tc.zip_with(lambda v, ms, w: v * tc.rsqrt(ms + 1e-6) * w), [(4, 7), (7,)]),
@@ -293,7 +299,50 @@ _COMPOSED = {
     "a library pipeline inside a longer one": (tc.map(tc.sin) >> tc.library.softmax(axis=-1) >> tc.map(tc.square),
                                                [(3, 5)]),
     "a library norm, then a map": (tc.library.layer_norm() >> tc.map(tc.exp), [(3, 5), (5,), (5,)]),
+    # the stream after the cut is a field of the row's shape beside one of the reduced shape
+    "two adjacent attaches (min-max)": (tc.attach(tc.max(axis=-1)) >> tc.attach(tc.map(lambda v, hi: v)
+                                                                               >> tc.min(axis=-1))
+                                        >> tc.map(lambda v, hi, lo: (v - lo) / (hi - lo)), [(3, 4)]),
+    # a tuple sum: each element's gradient is the cotangent of its field, of the reduced shape
+    "an attach of a tuple sum (one-pass variance)": (tc.map(lambda v: (v, v * v))
+                                                     >> tc.attach(tc.reduce(_PAIR_SUM, identity=(0.0, 0.0), axis=-1))
+                                                     >> tc.map(lambda v, w, s, q: (v - s / 5.0)
+                                                               * tc.rsqrt(q / 5.0 - (s / 5.0) ** 2 + 1e-5)),
+                                                     [(3, 5)]),
+    "a mean written as a tuple sum": (tc.map(lambda v: (v, 1.0)) >> tc.reduce(_PAIR_SUM, identity=(0.0, 0.0), axis=-1)
+                                      >> tc.map(lambda s, n: s / n), [(3, 5)]),
 }
+
+
+@pytest.mark.parametrize("narrow", [(4, 1), (6,), (1, 6)])
+def test_a_tuple_results_field_narrower_than_the_stream_counts_once(narrow, device):
+    """``(a * b, b)``: the second field has b's own shape, each element computed once, so its cotangent reaches b
+    once, not once for each element of the row it would broadcast along."""
+    pipe = tc.zip_with(lambda a, b: (a * b, b))
+    a = torch.randn(4, 6, dtype=torch.float64, device=device)
+    b = torch.randn(narrow, dtype=torch.float64, device=device)
+    g = (torch.randn(4, 6, dtype=torch.float64, device=device), torch.randn(narrow, dtype=torch.float64, device=device))
+    ours = _grads(pipe, [a, b], g)
+    theirs = _grads(lambda x, y: (x * y, y * 1.0), [a, b], g)
+    for x, y in zip(ours, theirs):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
+
+
+def test_cross_entropy_inside_a_longer_pipeline_gets_torchs_gradient():
+    """Its attaches (the normalizer, then the mean of the row for label smoothing) follow each other."""
+    x = torch.randn(3, 5, dtype=torch.float64)
+    target = torch.tensor([[1], [0], [4]])
+    for reduction in ("mean", "sum", "none"):
+        for smoothing in (0.0, 0.1):
+            pipe = tc.map(lambda v: v * 2.0) >> tc.library.cross_entropy(reduction=reduction,
+                                                                         label_smoothing=smoothing)
+            want = torch.nn.functional.cross_entropy(x * 2.0, target[:, 0], reduction=reduction,
+                                                     label_smoothing=smoothing)
+            g = torch.randn(want.shape, dtype=torch.float64)
+            (ours,) = _grads(lambda v: pipe(v, target).reshape(want.shape), [x], g)
+            (theirs,) = _grads(lambda v: torch.nn.functional.cross_entropy(
+                v * 2.0, target[:, 0], reduction=reduction, label_smoothing=smoothing), [x], g)
+            torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(_COMPOSED))
@@ -377,6 +426,48 @@ def test_a_derivative_given_with_vjp_is_the_one_used(jit_clamped, device):
     g = torch.randn(6, device=device)
     (dx,) = _grads(tc.map(jit_clamped), [x], g)
     torch.testing.assert_close(dx, 2.0 * g)
+
+
+_SCALE: tl.constexpr = 2.0  # a global of _scaled_sin, which a test changes
+
+
+@triton.jit
+def _scaled_sin(x):
+    return x * _SCALE + tl.sin(x)
+
+
+def test_a_scans_backward_follows_the_globals_its_jit_functions_read(device):
+    """A scan's backward is derived once per pipeline and kept, under what its @triton.jit functions read now:
+    a changed global gives a new derivative, as it gives a new forward."""
+    global _SCALE
+    pipe = tc.map(_scaled_sin) >> tc.cumprod(axis=-1)
+    x = torch.randn(2, 5, dtype=torch.float64, device=device)
+    g = torch.randn(2, 5, dtype=torch.float64, device=device)
+    try:
+        for scale in (2.0, 3.0):
+            _SCALE = scale
+            (ours,) = _grads(pipe, [x], g)
+            (theirs,) = _grads(lambda t: torch.cumprod(t * scale + torch.sin(t), -1), [x], g)
+            torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
+    finally:
+        _SCALE = 2.0
+
+
+def test_a_rule_given_after_a_scans_backward_ran_is_the_one_used(device):
+    """The body read as builtins first (sin), then a rule given with tc.vjp: the kept backward gives way to it."""
+    @triton.jit
+    def wavy(v):
+        return tl.sin(v) * 1.5
+    pipe = tc.map(wavy) >> tc.cumprod(axis=-1)
+    x = torch.rand(2, 5, dtype=torch.float64, device=device)
+    g = torch.randn(2, 5, dtype=torch.float64, device=device)
+    (through_cumprod,) = _grads(lambda t: torch.cumprod(t, -1), [torch.sin(x) * 1.5], g)
+    torch.testing.assert_close(_grads(pipe, [x], g)[0], through_cumprod * 1.5 * torch.cos(x))
+
+    @tc.vjp(wavy)
+    def _(v, y, gy):
+        return gy * 2.0
+    torch.testing.assert_close(_grads(pipe, [x], g)[0], through_cumprod * 2.0)
 
 
 def test_vjp_refuses_what_is_not_a_derivative(jit_clamped):

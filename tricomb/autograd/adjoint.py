@@ -51,8 +51,8 @@ from ..scalar.builtins import convert_op
 from ..scalar.derivatives import ZERO, differentiable, is_zero, pulled
 from ..scalar.dtypes import compute_dtype, typed_identity
 from ..scalar.ir import Arg, Call, Const, Expr, Function, substitute, walk
-from .gather import Run, after_fold, summed_to
-from .parts import Parts
+from .gather import Run, after_fold, gather, summed_to
+from .parts import Parts, jit_key
 
 
 def _where(c: Expr, a: Expr, b: Expr) -> Expr:
@@ -266,17 +266,26 @@ def _gradients(p: Parts, grads: tuple[Expr, ...], early: Sequence[torch.Tensor],
                stages: tuple, run: Run, lags: tuple = ()) -> list:
     """Run ``stages`` then a last zip_with of ``grads`` (one per input in ``early_wanted``; structural zeros
     give zeros and no field), each converted to its input's dtype unless it broadcasts (then summed first). The
-    last zip_with takes ``tensors`` again, with ``lags``."""
+    last zip_with takes ``tensors`` again, with ``lags``. A gradient that reads nothing of the stages' state (a
+    tuple sum's field: its cotangent, of the reduced shape) is computed from ``tensors`` alone
+    (:func:`~.gather.gather`), since a field after a fold has the stream's shape."""
     shape = torch.broadcast_shapes(*(t.shape for t in tensors))
-    fields, found = [], {}
+    width = len(stages[-1].op.outputs)
+    fields, found, free = [], {}, {}
     for i, g in zip(early_wanted, grads):
         if is_zero(g):
             found[i] = torch.zeros_like(early[i])
+        elif not lags and all(a.index >= width for a in walk(g) if isinstance(a, Arg)):
+            free[i] = substitute(Function(width + len(tensors), (g,)), [ZERO] * width + [Arg(j) for j in
+                                                                                    range(len(tensors))])[0]
         else:
             full = tuple(early[i].shape) == tuple(shape)
             fields.append((i, full, Call(convert_op(early[i].dtype), (g,)) if full else g))
+    if free:
+        fn = Function(len(tensors), tuple(free.values()), f"d_{p.fold.op.name.strip('<>')}")
+        found.update(zip(free, gather(fn, tuple(early), tuple(tensors[len(early):]), tuple(free), run)))
     if fields:
-        arity = len(stages[-1].op.outputs) + len(tensors)
+        arity = width + len(tensors)
         last = ZipWith(Function(arity, tuple(e for _, _, e in fields), f"d_{p.fold.op.name.strip('<>')}"),
                        lags=lags)
         outs = run(PipelineIR(stages + (last,)), tuple(tensors) * 2)
@@ -318,7 +327,7 @@ class AdjointScan(_Adjoint):
         early, cots = f.early, f.cots
         if f.folded[0].dim() == 0:  # a 0-d stream scans as one element
             early, cots = [t.reshape(1) for t in early], [None if g is None else g.reshape(1) for g in cots]
-        kernel = scan_kernel(p, _names(p), f.given, f.floats, f.wanted)
+        kernel = scan_kernel(p, jit_key(p.pipeline), f.given, f.floats, f.wanted)
         prefix = _Prefix(f, kernel.reads, result)
         tensors = prefix.tensors(early, cots, run)
         elements = Function(len(tensors), renumbered(kernel.elements, 0, prefix.kept), "jacobians")
@@ -326,11 +335,6 @@ class AdjointScan(_Adjoint):
         stages = (ZipWith(elements, lags=prefix.lags), kernel.scan)
         out = _gradients(p, grads_in, early, f.wanted, tensors, stages, run, prefix.lags)
         return [g.reshape(f.early[i].shape) for g, i in zip(out, f.wanted)] + f.late_grads
-
-
-def _names(p: Parts) -> tuple[str, ...]:
-    """The names of the pipeline's functions, which equality of pipelines leaves out but derived ones show."""
-    return tuple(fn.name for fn in p.pipeline.functions)
 
 
 class ScanKernel(NamedTuple):
@@ -347,12 +351,12 @@ class ScanKernel(NamedTuple):
 
 
 @functools.lru_cache(maxsize=256)
-def scan_kernel(p: Parts, names: tuple[str, ...], given: tuple[int, ...], floats: tuple[int, ...],
+def scan_kernel(p: Parts, key: tuple, given: tuple[int, ...], floats: tuple[int, ...],
                 wanted: tuple[int, ...]) -> ScanKernel:
     """The symbolic part of the backward kernel of the scan ``p.fold`` (see the module's docstring), for
-    cotangents on the fields ``given``, of the float fields ``floats``, for the early inputs ``wanted``: pure
-    and kept, since a training step takes the same backward every call (``names`` keys the functions' names,
-    which the kernel's text shows)."""
+    cotangents on the fields ``given``, of the float fields ``floats``, for the early inputs ``wanted``: kept,
+    since a training step takes the same backward every call, under ``key`` (:func:`~.parts.jit_key`: what
+    besides the IR it is derived from)."""
     fold, k, flag = p.fold, p.fold.op.arity // 2, operator_identity(p.fold) is None
 
     def jacobians(at: _Layout):

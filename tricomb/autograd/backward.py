@@ -36,7 +36,7 @@ from ..scalar.ir import Arg, Call, Expr, Function, substitute
 from ..scalar.trace import BUILTINS, Traced
 from .adjoint import AdjointReduce, AdjointScan
 from .composed import Composed
-from .gather import ADD, Run, Tensors, after_fold, gather, with_cotangents, zero_if_none
+from .gather import ADD, Run, Tensors, after_fold, counted_once, gather, with_cotangents, zero_if_none
 from .parts import Parts, compose, parts
 class NoGradient:
     """A reduce whose result carries no gradient (argmax and argmin's positions, any and all's bools): torch
@@ -76,7 +76,8 @@ class Elementwise:
     def backward(p: Parts, inputs: tuple, result: tuple, grads: Tensors, wanted: tuple[int, ...], run: Run):
         fn = compose_all(p)
         pulled, cotangents = with_cotangents(pullback(fn, wanted), fn.arity, grads)
-        return gather(pulled, inputs, cotangents, wanted, run)
+        shape = torch.broadcast_shapes(*(t.shape for t in (*inputs, *cotangents)))
+        return gather(counted_once(pulled, fn.arity, cotangents, shape), inputs, cotangents, wanted, run)
 
 
 class ReduceRule:

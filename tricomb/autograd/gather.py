@@ -9,11 +9,11 @@ import torch
 
 from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.ir import Map, PipelineIR, Reduce, ZipWith
-from ..scalar.builtins import convert_op
+from ..scalar.builtins import INDEX, convert_op
 from ..scalar.derivatives import pullback
 from ..scalar.ir import Arg, Call, Const, Expr, Function, substitute, walk
 from ..scalar.trace import BUILTINS, to_function
-from .parts import Parts
+from .parts import Parts, jit_key
 
 Run = Callable[[PipelineIR, tuple], list]  # runs a pipeline on tensors, returns its result's fields
 Tensors = Sequence[torch.Tensor | None]
@@ -80,17 +80,38 @@ def _fold_like(p: Parts, early: tuple) -> list[torch.Tensor]:
     device = early[0].device
     layouts = tuple((tuple(t.shape), t.stride(), t.dtype) for t in early)
     concrete = all(type(n) is int for shape, stride, _ in layouts for n in shape + stride)
-    fields = (_fold_fields if concrete else _fold_fields.__wrapped__)(p.through_fold, layouts)  # (symbolic sizes
+    fields = (_fold_fields if concrete else _fold_fields.__wrapped__)(p.through_fold, layouts,
+                                                                      jit_key(p.through_fold))  # (symbolic sizes
     # of a trace are not kept)
     return [torch.empty((), dtype=dtype, device=device).expand(shape) for shape, dtype in fields]
 
 
 @functools.lru_cache(maxsize=256)
-def _fold_fields(through_fold: PipelineIR, layouts: tuple) -> tuple:
+def _fold_fields(through_fold: PipelineIR, layouts: tuple, key: tuple) -> tuple:
     """The shape and dtype of each field of ``through_fold``'s result on inputs of ``layouts`` (shape, strides,
-    dtype): torch's inference on meta tensors, kept, since a training step asks for the same ones every call."""
+    dtype): torch's inference on meta tensors, kept (under ``key``, :func:`~.parts.jit_key`, beside the IR),
+    since a training step asks for the same ones every call."""
     metas = [torch.empty_strided(shape, stride, dtype=dtype, device="meta") for shape, stride, dtype in layouts]
     return tuple((tuple(f.shape), f.dtype) for f in evaluate_fields(through_fold, metas))
+
+
+def counted_once(fn: Function, arity: int, cotangents: Sequence[torch.Tensor], shape) -> Function:
+    """``fn`` (of ``arity`` values, then ``cotangents``) with the cotangent of each result field narrower than
+    ``shape`` read only where the coordinates along the axes it lacks are 0, 0 elsewhere. The field (of a tuple
+    result, computed from some inputs only) was computed once a place of its own shape, so its cotangent must
+    count once where a gradient kernel over ``shape`` sums its terms over those axes, not once an element."""
+    rank = len(shape)
+    args: list[Expr] = [Arg(i) for i in range(fn.arity)]
+    for j, g in enumerate(cotangents):
+        own = (1,) * (rank - g.dim()) + tuple(g.shape)
+        lacks = [d for d in range(rank) if own[d] == 1 and shape[d] != 1]
+        if lacks:
+            first = [Call("eq", (Call(INDEX.name, (Const(d),)), Const(0))) for d in lacks]
+            where = first[0]
+            for c in first[1:]:
+                where = Call("logical_and", (where, c))
+            args[arity + j] = Call("where", (where, Arg(arity + j), Const(0.0)))
+    return Function(fn.arity, tuple(substitute(fn, args)), fn.name, fn.location)
 
 
 def zero_if_none(g, like: torch.Tensor) -> torch.Tensor:
@@ -150,7 +171,10 @@ def summed_to(t: torch.Tensor, shape, run: Run) -> torch.Tensor:
 
 
 def _read_shape(expr: Expr, tensors: tuple) -> tuple:
-    """The shape of ``expr``'s value: the broadcast shape of the arguments it reads."""
+    """The shape of ``expr``'s value: the broadcast shape of the arguments it reads (of all of them where it
+    reads a coordinate, which varies over the whole iteration space: :func:`counted_once`)."""
+    if any(isinstance(node, Call) and node.op == INDEX.name for node in walk(expr)):
+        return tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))
     read = {a.index for a in walk(expr) if isinstance(a, Arg)}
     return tuple(torch.broadcast_shapes(*(tensors[j].shape for j in sorted(read)))) if read else ()
 

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 from ..lower.bind import combine_stage
 from ..pipeline.ir import Map, PipelineIR, Reduce, Scan, Stage, ZipWith, new_inputs
-from ..scalar.ir import Arg, Function, substitute
+from ..scalar.derivatives import JIT_VJP
+from ..scalar.inline import globals_key
+from ..scalar.ir import Arg, Function, jit_functions, substitute
 
 
 @dataclass(frozen=True)
@@ -70,3 +72,13 @@ def compose(stages: tuple[Stage, ...], width: int, inputs: int) -> Function:
         stream = pending[:1]
     names = "_".join(s.fn.name.strip("<>") for s in stages) or "identity"
     return Function(width + inputs, tuple(stream), names, stages[0].location if stages else None)
+
+
+def jit_key(pipeline: PipelineIR) -> tuple:
+    """What a derivation from ``pipeline``'s IR depends on beyond it: the names of its functions (which IR
+    equality leaves out but derived kernels show), what its ``@triton.jit`` functions read from their globals now
+    (their bodies are read as builtins) and the rules given for them with ``tc.vjp``; a cache of derivations
+    keys on it beside the IR."""
+    refs = list(dict.fromkeys(ref for fn in pipeline.functions for ref in jit_functions(fn)))
+    return (tuple(fn.name for fn in pipeline.functions), globals_key(refs),
+            tuple(JIT_VJP.get(ref) for ref in refs))

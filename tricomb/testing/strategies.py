@@ -561,8 +561,15 @@ def _differentiable_fold(draw, name: str, shape):
         return _recurrence(along, draw(st.booleans())), shape
     if name == "user-scan":
         return api.scan(_no_identity, axis=along, reverse=draw(st.booleans())), shape
-    if name in ("attach", "two attaches"):
+    if name == "attach" or (name == "two attaches" and draw(st.booleans())):
         return _compose([_attach(draw, along) for _ in range(1 if name == "attach" else 2)]), shape
+    if name == "two attaches":  # one right after the other: the second reduces the first field of a pair
+        first, then = (_SMOOTH_BINARY_EVERYWHERE[draw(st.sampled_from(sorted(_SMOOTH_BINARY_EVERYWHERE)))]
+                       for _ in range(2))
+        inner = draw(st.sampled_from([api.sum, api.mean, api.max]))(axis=along)
+        return (api.attach(draw(st.sampled_from([api.sum, api.mean, api.max]))(axis=along))
+                >> api.attach(api.map(lambda v, r: v) >> inner)
+                >> api.map(lambda v, r, q: then(first(v, r), q))), shape
     smooth = api.map(_SMOOTH_EVERYWHERE[draw(st.sampled_from(sorted(_SMOOTH_EVERYWHERE)))])
     if name == "scan then reduce":
         scan = _SCANS[draw(st.sampled_from(["cumsum", "cummax"]))](axis=along, reverse=draw(st.booleans()))
