@@ -129,34 +129,38 @@ def test_gradients_equal_torch_differentiating_the_reference(case):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="float32 and bfloat16 gradients on the GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gradients_in_low_precision_equal_torch(dtype):
+def test_gradients_in_low_precision_are_as_accurate_as_torchs(dtype):
+    """Both tricomb's gradient and torch's in ``dtype`` are compared with the float64 one: tricomb's error may be
+    at most twice torch's, or a rounding of the dtype where torch's happens to be smaller. (Compared with each
+    other they differ by both errors: a kernel rounds once where torch rounds after every op, and in bfloat16
+    torch's own error reached 2.8% of the norm for a cumprod, tricomb's 0.24%, on an H100.)"""
     x = torch.randn(64, 384, device="cuda", dtype=dtype)
     w = torch.randn(384, device="cuda", dtype=dtype)
     pipes = [tc.zip_with(lambda a, b: tc.silu(a) * b), tc.map(tc.softplus) >> tc.sum(axis=-1),
              tc.zip_with(lambda a, b: a * b) >> tc.reduce(tc.logaddexp, axis=-1), tc.cumsum(axis=-1),
              tc.zip_with(lambda a, b: tc.gelu_tanh(a) * 0.0 + a + b) >> tc.max(axis=0),
-             # the adjoint rule: its exclusive scan and reverse affine scan, in the input's precision
+             # the adjoint rule: its reverse affine scan, the prefix recomputed in the input's precision
              tc.map(lambda a: 1.0 + 0.01 * a) >> tc.cumprod(axis=0),
              tc.zip_with(lambda a, b: (a, tc.sigmoid(b))) >> tc.scan(tc.library.LINEAR, axis=-1, identity=(0.0, 1.0))
              >> tc.map(lambda h, decay: h),
-             # cut into pipelines of one fold each: the stream between them held in the input's precision
+             # cut into pipelines of one fold each: the values between the parts held in the input's dtype
              tc.attach(tc.map(tc.square) >> tc.mean(axis=-1)) >> tc.zip_with(lambda v, ms, w: v * tc.rsqrt(ms + 1e-6) * w),
              tc.map(tc.sin) >> tc.attach(tc.reduce(tc.logaddexp, axis=-1)) >> tc.map(lambda v, lse: lse - v)
-             >> tc.sum(axis=-1)]
-    # for the max: values distinct along each column and exact in bfloat16, so both sides pick one element
+             >> tc.sum(axis=-1),
+             tc.map(tc.sin) >> tc.cumsum(axis=-1) >> tc.map(tc.tanh) >> tc.sum(axis=-1)]
+    # for the max: values distinct along each column and exact in bfloat16, so every side picks one element
     distinct = (torch.argsort(torch.rand(64, 384, device="cuda"), dim=0).to(dtype) / 8)
+    floor = 2 * torch.finfo(dtype).eps
     for pipe in pipes:
         inputs = ((distinct, torch.zeros_like(w)) if "max" in str(pipe) else (x, w))[:pipe.num_inputs]
-        out = pipe(*inputs)
-        cotangent = torch.randn_like(out)
+        cotangent = torch.randn_like(pipe(*inputs))
+        exact = _grads(lambda *xs: evaluate(pipe.ir, list(xs)), [t.double() for t in inputs], cotangent.double())
         ours = _grads(pipe, inputs, cotangent)
         theirs = _grads(lambda *xs: evaluate(pipe.ir, list(xs)), inputs, cotangent)
-        for a, b in zip(ours, theirs):
-            assert a.dtype == b.dtype
-            # relative to the gradient's scale: torch rounds each step to bfloat16, a kernel once
-            scale = b.float().abs().max().item()
-            tol = 3e-2 if dtype == torch.bfloat16 else 1e-4
-            torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol * scale)
+        for a, b, e in zip(ours, theirs, exact):
+            assert a.dtype == b.dtype == dtype
+            error = lambda t: ((t.double() - e).norm() / e.norm().clamp_min(1e-30)).item()  # noqa: E731
+            assert error(a) <= 2 * error(b) + floor, (str(pipe), error(a), error(b))
 
 
 # ---- folds by any operator: the adjoint rule ----------------------------------------------------------------
