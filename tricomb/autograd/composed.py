@@ -25,7 +25,7 @@ import torch
 
 from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, Stage, ZipWith, new_inputs, stream_widths
 from ..scalar.ir import Arg, Call, Function
-from .gather import Run, Tensors
+from .gather import Run, Tensors, zero_if_none
 from .parts import Parts
 
 
@@ -65,7 +65,7 @@ class Composed:
         late = [found.get(len(entering) + i - c.head_inputs) for i in wanted if i >= c.head_inputs]
         head_wanted = tuple(i for i in wanted if i < c.head_inputs)
         if c.head is None:  # the attach is the first stage: the stream is input 0
-            early = [_zeros_if_none(ds[0], head_in[0])] if head_wanted else []
+            early = [zero_if_none(ds[0], head_in[0])] if head_wanted else []
         elif any(g is not None for g in ds):
             early = backward(c.head, head_in, tuple(stream), ds, head_wanted, run)
         else:
@@ -132,7 +132,3 @@ def _added(a: torch.Tensor, b: torch.Tensor, run: Run) -> torch.Tensor:
     """``a + b`` (gradients of one tensor, of its shape and dtype) by one kernel."""
     add = Function(2, (Call("add", (Arg(0), Arg(1))),), "gradient_sum")
     return run(PipelineIR((ZipWith(add),)), (a, b))[0]
-
-
-def _zeros_if_none(g, like: torch.Tensor) -> torch.Tensor:
-    return torch.zeros_like(like) if g is None else g
