@@ -40,7 +40,7 @@ def test_opcheck(name):
     grad = name not in ("softmax", "argmax")  # (no derived gradient through attach yet; argmax has none)
     inputs = _inputs(shapes, "cpu", grad)
     key = operator.op_key(pipe)
-    torch.library.opcheck(torch.ops.tricomb.pipeline.default, (key, inputs))
+    torch.library.opcheck(torch.ops.tricomb.pipeline.default, (key, inputs, []))
 
 
 # Inductor compiles CPU graphs with a C++ compiler, which a fresh machine may lack; there the graphs run through
@@ -283,11 +283,11 @@ def test_opcheck_cuda():
     pipe = tc.zip_with(lambda a, b: a * tc.sin(b)) >> tc.sum(axis=-1)
     x, y = _inputs([(4, 6), (6,)], "cuda", grad=True)
     operator._register_cuda()  # (done by the first traced call)
-    torch.library.opcheck(torch.ops.tricomb.pipeline_cuda.default, (operator.op_key(pipe), [x, y]))
+    torch.library.opcheck(torch.ops.tricomb.pipeline_cuda.default, (operator.op_key(pipe), [x, y], []))
     result = [pipe(x.detach(), y.detach())]
     grads = [torch.randn(4, dtype=torch.float64, device="cuda")]
     torch.library.opcheck(torch.ops.tricomb.pipeline_backward_cuda.default,
-                          (operator.op_key(pipe), [0, 1], [x.detach(), y.detach()], result, grads))
+                          (operator.op_key(pipe), [0, 1], [x.detach(), y.detach()], result, grads, []))
 
 
 def test_opcheck_backward():
@@ -296,7 +296,7 @@ def test_opcheck_backward():
     result = [pipe(x, y)]
     grads = [torch.randn(4, dtype=torch.float64)]
     torch.library.opcheck(torch.ops.tricomb.pipeline_backward.default,
-                          (operator.op_key(pipe), [0, 1], [x, y], result, grads))
+                          (operator.op_key(pipe), [0, 1], [x, y], result, grads, []))
 
 
 _CACHED_RUN = """

@@ -113,7 +113,7 @@ def test_unsupported_dtype_says_how_to_convert():
 
 
 def test_non_tensor_input():
-    with pytest.raises(tc.TricombError, match="not a torch.Tensor"):
+    with pytest.raises(tc.TricombError, match="neither a torch.Tensor nor a number"):
         tc.map(tc.exp)([1.0, 2.0])
 
 

@@ -14,6 +14,7 @@ from .lower.fuse import KernelPlan
 from .pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith
 from .pipeline.operators import normalized_identity
 from .pipeline.printer import pipeline_text
+from .pipeline.scalars import plain_scalar
 from .pipeline.shorthands import SHORTHANDS, Shorthand
 from .pipeline.verify import operator_spec, verify
 from .runtime import launch, operator
@@ -114,14 +115,41 @@ class Pipeline:
             raise ArgumentError(f"a pipeline takes its inputs by position, not as {', '.join(k + '=' for k in named)}"
                                 "; call pipe(x, y) (out= is the one keyword)", caller_location())
         if torch.compiler.is_compiling():  # (first: torch.compile traces this branch alone)
-            result = operator.traced_call(self._key, inputs, out)
+            key, tensors, scalars = self._operator_call(inputs)
+            result = operator.traced_call(key, tensors, out, scalars)
         else:
             result = launch.run(self.ir, self._cache, inputs, out, self._through_operator)
         return result if self._named is None else self._named(result)
 
     def _through_operator(self, inputs: tuple, out):
         """The call path for inputs that need a graph (grad, or a tracer's): the torch operator."""
-        return operator.call(self._key, inputs, out)
+        key, tensors, scalars = self._operator_call(inputs)
+        return operator.call(key, tensors, out, scalars)
+
+    def _operator_call(self, inputs: tuple) -> tuple:
+        """The operator's key for a call on ``inputs``, its tensors and its runtime scalars: with numbers among
+        the inputs, those of the pipeline reading them as runtime scalars (:class:`~tricomb.runtime.launch.
+        ScalarForm`)."""
+        if builtins.all(isinstance(t, torch.Tensor) for t in inputs):
+            return self._key, inputs, ()
+        form = self._form(inputs)
+        tensors, scalars = form.split(inputs)
+        return form.key, tensors, tuple(plain_scalar(v, "a runtime scalar") for v in scalars)
+
+    def _form(self, inputs: tuple):
+        """The pipeline reading the numbers among ``inputs`` as runtime scalars, with its operator key."""
+        form = self._cache.form(inputs)
+        if form.key is None:
+            form.key = operator.key_function(form.ir, form.cache)
+        return form
+
+    def _for_inputs(self, inputs: tuple) -> tuple[PipelineIR, tuple]:
+        """The pipeline and tensors that inputs like ``inputs`` run (numbers among them read as runtime
+        scalars), for :meth:`source` and :meth:`explain`."""
+        if builtins.all(isinstance(t, torch.Tensor) for t in inputs):
+            return self.ir, inputs
+        form = self._form(inputs)
+        return form.ir, form.split(inputs)[0]
 
     @_nesting_refused
     def source(self, *inputs: torch.Tensor, backward: bool = False) -> str:
@@ -131,9 +159,10 @@ class Pipeline:
         its pipeline (each is a module of its own). Raises UnsupportedError where no gradient is derived."""
         if not isinstance(backward, bool):
             raise ArgumentError(f"backward={backward!r}: give True or False", caller_location())
+        ir, inputs = self._for_inputs(inputs)
         if not backward:
-            return launch.emit_source(self.ir, inputs)
-        kernels = operator.backward_kernels(self.ir, inputs)
+            return launch.emit_source(ir, inputs)
+        kernels = operator.backward_kernels(ir, inputs)
         return "\n\n".join(f"# ---- backward kernel {k} of {len(kernels)}: {pipeline_text(ir)}\n"
                              + launch.emit_source(ir, tensors) for k, (ir, tensors) in enumerate(kernels, 1))
 
@@ -146,12 +175,13 @@ class Pipeline:
         if not isinstance(passes, bool):
             raise ArgumentError(f"passes={passes!r}: give True or False", caller_location())
         record: list = []
-        unit = launch.lowered(self.ir, inputs, until="emit" if passes else "fuse", record=record if passes else None)
+        ir, inputs = self._for_inputs(inputs)
+        unit = launch.lowered(ir, inputs, until="emit" if passes else "fuse", record=record if passes else None)
         grad = builtins.any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
         backward, refused = (), None
         try:
-            backward = tuple(Plan(launch.lowered(ir, tensors).plan) for ir, tensors in
-                             operator.backward_kernels(self.ir, inputs)) if grad else ()
+            backward = tuple(Plan(launch.lowered(derived, tensors).plan) for derived, tensors in
+                             operator.backward_kernels(ir, inputs)) if grad else ()
         except UnsupportedError as exc:
             refused = exc.message
         return Plan(unit.plan, tuple(record), tuple(_chosen(unit.plan, inputs)), backward, refused)

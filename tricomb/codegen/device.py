@@ -228,6 +228,20 @@ def tc_wrap(x, BITS: tl.constexpr, SIGNED: tl.constexpr):
     return r
 
 
+@triton.jit
+def tc_int_of_words(hi, lo):
+    # a runtime scalar int: the int64 whose high and low 32 bits the launch passed as two int32 (so Triton types
+    # them int32 whatever the value, and compiles one kernel for every value)
+    return (hi.to(tl.int64) << 32) | (lo.to(tl.int64) & 0xFFFFFFFF)
+
+
+@triton.jit
+def tc_float_of_words(hi, lo):
+    # a runtime scalar float: the double whose bits the launch passed as two int32 (Triton would take a Python
+    # float as a float32, rounding a float64 pipeline's scalar)
+    return tc_int_of_words(hi, lo).to(tl.float64, bitcast=True)
+
+
 # --- tiles: the last column, and folds that follow torch's NaN rules ------------------------------------------
 
 

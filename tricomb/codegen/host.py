@@ -8,6 +8,7 @@ runs on its own. So this module imports only what every emitted module may impor
 copy; the one here only serves its tests.
 """
 import os
+import struct
 import threading
 
 import torch
@@ -231,6 +232,16 @@ def _shared_mem(device):
         index = device.index if device.index is not None else torch.cuda.current_device()
         _SHARED_MEM[device] = triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
     return _SHARED_MEM[device]
+
+
+def _scalar_words(value, kind):
+    """A runtime scalar as the int32 words its kernel parameters take: a bool as 0 or 1; an int as the high and
+    low halves of its int64, a float as those of its double. Two int32 words are one Triton type whatever the
+    value, where a Python int would be int32 or int64 by its size, and a float a float32."""
+    if kind is bool:
+        return (1 if value else 0,)
+    lo, hi = struct.unpack("<ii", struct.pack("<q" if kind is int else "<d", value))
+    return hi, lo
 
 
 def _empty(shape, order, dtype, device):

@@ -16,10 +16,11 @@ from ..lower.fuse import KernelPlan
 from ..lower.segments import Elementwise, Slot, Store
 from ..pipeline.ir import Map, ZipWith
 from ..pipeline.printer import stage_text
+from ..pipeline.scalars import used_scalars
 from ..scalar.builtins import OPS
 from ..scalar.dtypes import held_dtype
 from ..scalar.ir import Call, walk
-from .scalar import ScalarContext, Value, emit_function, from_storage, render_const, to_storage
+from .scalar import ScalarContext, Value, emit_function, from_storage, render_const, runtime_parameter, to_storage
 from .writer import Writer
 
 
@@ -94,6 +95,16 @@ def fixed(name: str, host: str | None = None) -> Param:
 def meta(name: str, host: str | None = None) -> Param:
     """A ``tl.constexpr`` the launcher fixes to the schedule's entry of its name (or to ``host``)."""
     return Param(name, host or f"cfg[{name!r}]", constexpr=True)
+
+
+def runtime_words(p: KernelPlan) -> list[str]:
+    """The kernel parameters of the runtime scalars the plan reads, in order: one int32 for a bool, the high and
+    low halves of a 64-bit value for an int or a float (:func:`~tricomb.codegen.host._scalar_words`)."""
+    names = []
+    for index, kind in used_scalars(p.pipeline):
+        stem = runtime_parameter(index)
+        names += [stem] if kind is bool else [f"{stem}_hi", f"{stem}_lo"]
+    return names
 
 
 def layout_parameters(p: KernelPlan) -> list[Param]:

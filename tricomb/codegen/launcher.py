@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..lower.fuse import KernelPlan
 from ..lower.segments import ColumnSums, RowsReduce, Slot, Ticket, TileReduce, TileScan
+from ..pipeline.scalars import used_scalars
 from ..scalar.dtypes import held_dtype
 from ..scalar.literals import number_literal
 from .columns import GROUP, group_buffers, partial_buffers
@@ -103,8 +104,8 @@ def _product(terms: list[str]) -> str:
 
 def emit_launch(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: str) -> None:
     """``launch`` and ``prepare`` for plan ``p`` whose kernel, written by ``strategy``, is named ``kernel``."""
-    ins = ", ".join(s.name for s in p.inputs)
-    with w.block(f"def launch({ins}, *, out=None, _checked=False, **overrides):"):
+    ins = ", ".join(_parameters(p))
+    with w.block(f"def launch({ins}, {'' if '*' in ins else '*, '}out=None, _checked=False, **overrides):"):
         kinds = ", ".join(str(s.dtype)[6:] for s in p.outputs)
         w.line(f'"""{strategy.name} kernel: returns new tensors ({kinds}), or fills ``out`` (a tensor, or a tuple of '
                f'them for several results). ``overrides`` replace schedule entries."""')
@@ -116,16 +117,17 @@ def emit_launch(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: str)
 
 def _emit_prepare(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: str) -> None:
     b = p.binding
-    ins = [s.name for s in p.inputs]
+    ins = _parameters(p)
     before = [s.name for s in p.joining(0)]
     outs = [s.name for s in p.outputs]
     result = outs[0] if len(outs) == 1 else f"({', '.join(outs)},)"
-    with w.block(f"def prepare({', '.join(ins)}, *, out=None, _checked=False, **overrides):"):
+    with w.block(f"def prepare({', '.join(ins)}, {'' if ins[-1].startswith('*') else '*, '}out=None, _checked=False, "
+                 "**overrides):"):
         w.line('"""Everything about a launch that the inputs\' dtypes, shapes, strides and device fix (and ``out``\'s, '
                'when given): returns ``run(*inputs, out=None)``, which launches on inputs laid out like these with '
                'nothing recomputed."""')
         with w.block("if not _checked:"):
-            w.line(f"_check_inputs(({', '.join(ins)},), {tuple(b.dtypes)!r}, {_int_tuple(b.ranks)})")
+            w.line(f"_check_inputs(({', '.join(s.name for s in p.inputs)},), {tuple(b.dtypes)!r}, {_int_tuple(b.ranks)})")
         w.line(f"shape = _broadcast({', '.join(f'{n}.shape' for n in before)})")
         _emit_out_shape(w, p)
         w.line("device = in0.device")
@@ -156,10 +158,22 @@ def _emit_prepare(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: st
         _emit_schedule(w, p, strategy, kernel)
         with w.block(f"def run({', '.join(ins)}, out=None):"):
             w.line(f"{', '.join(outs)}{',' if len(outs) > 1 else ''} = new_outputs() if out is None else out")
-            w.line(f"start({', '.join(s.name for s in p.slots)})")
+            w.line(f"start({', '.join([s.name for s in p.slots] + _words_arguments(p))})")
             w.line(f"return {result}")
         w.line("run.launcher = start", comment="the launch itself, for tools that time it alone")
         w.line("return run")
+
+
+def _parameters(p: KernelPlan) -> list[str]:
+    """``launch``'s and ``prepare``'s positional parameters: the input tensors, then, for a pipeline that reads
+    runtime scalars, ``*scalars`` (every one of the pipeline's, by index)."""
+    return [s.name for s in p.inputs] + (["*scalars"] if used_scalars(p.pipeline) else [])
+
+
+def _words_arguments(p: KernelPlan) -> list[str]:
+    """The launch's arguments for the runtime scalars the kernel reads, from ``scalars`` (all of the pipeline's,
+    by index): each one's words, in the kernel's order (:func:`~tricomb.codegen.kernel.runtime_words`)."""
+    return [f"*_scalar_words(scalars[{index}], {kind.__name__})" for index, kind in used_scalars(p.pipeline)]
 
 
 def _emit_layout(w: Writer, p: KernelPlan) -> None:

@@ -45,14 +45,33 @@ class Value:
     text: str
     dtype: torch.dtype
     zero_dim: bool = False
+    weak: bool = False  # a runtime scalar: promotes as a Python number of its kind, held in ``dtype``
 
-    def meta(self) -> torch.Tensor:
+    def meta(self) -> torch.Tensor | bool | int | float:
+        if self.weak:
+            return _WEAK_SAMPLES[self.dtype]
         return torch.empty(() if self.zero_dim else (1,), dtype=self.dtype, device="meta")
 
-    def sample(self) -> torch.Tensor:
+    def sample(self) -> torch.Tensor | bool | int | float:
         """A one-element CPU tensor like this value: torch's CPU kernels refuse the dtypes an op does not
-        support (``abs`` of bool, ``softplus`` of int), which meta tensors let through."""
+        support (``abs`` of bool, ``softplus`` of int), which meta tensors let through. A Python number of its
+        kind for a runtime scalar."""
+        if self.weak:
+            return _WEAK_SAMPLES[self.dtype]
         return torch.ones(() if self.zero_dim else (1,), dtype=self.dtype)
+
+
+# a runtime scalar's kernel value: the dtype it is held in (exactly: the launch passes a float's double, an int's
+# int64), and a number of its kind, which torch promotes as it promotes the Python number given
+_WEAK_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
+_WEAK_SAMPLES = {torch.bool: True, torch.int64: 1, torch.float64: 1.0}
+# the device helper rebuilding each kind from the words the launch passes (codegen.host._scalar_words)
+_WEAK_DECODERS = {bool: "({0} != 0)", int: "tc_int_of_words({0}_hi, {0}_lo)", float: "tc_float_of_words({0}_hi, {0}_lo)"}
+
+
+def runtime_parameter(index: int) -> str:
+    """The kernel parameter (the stem of the two, for an int or a float) of runtime scalar ``index``."""
+    return f"scalar{index}"
 
 
 def render_const(value) -> str:
@@ -113,6 +132,8 @@ def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | 
     arguments). A tensor value converted to float16 or bfloat16 is rounded to it first, as torch rounds an int32
     meeting a float16 tensor (2049 becomes 2048) before computing in float32."""
     target = arith_dtype(dtype)
+    if isinstance(value, Value) and value.weak:
+        return _weak_operand(ctx, value, dtype, target, fill_shape)
     if not isinstance(value, Value):
         literal = render_const(float(value) if target.is_floating_point and not isinstance(value, bool)
                                else _wrapped(value, dtype))
@@ -131,6 +152,18 @@ def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | 
     if held == target:
         return text
     return f"{text}.to({tl_dtype(target)})"  # (then widening an integer is exact)
+
+
+def _weak_operand(ctx: "ScalarContext", value: Value, dtype: torch.dtype, target: torch.dtype,
+                  fill_shape: str | None) -> str:
+    """A runtime scalar as an operand of torch dtype ``dtype``, held in ``target``: converted as torch converts a
+    Python number (as a constant is, :func:`_operand`): an int wrapped into a narrower integer dtype, a float
+    rounded once to a float32 or half operand's compute type, not to the half type itself."""
+    text = value.text
+    if dtype in _WIDER and value.dtype == torch.int64:
+        text = to_integer(ctx, text, torch.int64, dtype)
+    text = f"{text}.to({tl_dtype(target)})"
+    return f"({text} + tl.zeros({fill_shape}, {tl_dtype(target)}))" if fill_shape else text
 
 
 def _jit_argument(text: str, dtype: torch.dtype) -> str:
@@ -212,8 +245,12 @@ def emit_function(w: Writer, ctx: ScalarContext, fn: Function, args: list[Value]
     outputs = fold(fn, args, lambda expr, operands: _emit_call(w, ctx, expr, operands, fn, fill_shape))
     results = []
     for v in outputs:
-        if not isinstance(v, Value):
-            dtype = constant_dtype(v, [a.dtype for a in args], all(a.zero_dim for a in args))
+        if isinstance(v, Value) and v.weak:  # a runtime scalar returned as it is: typed as a constant would be
+            dtype = constant_dtype(v.meta(), [a.dtype for a in args if not a.weak], all(a.zero_dim for a in args))
+            v = Value(f"({_operand(ctx, v, compute_dtype(dtype), fill_shape)}).to({tl_dtype(held_dtype(dtype))})",
+                      dtype, False)
+        elif not isinstance(v, Value):
+            dtype = constant_dtype(v, [a.dtype for a in args if not a.weak], all(a.zero_dim for a in args))
             v = Value(f"tl.full({fill_shape}, {_operand(ctx, v, compute_dtype(dtype), None)}, "
                       f"{tl_dtype(held_dtype(dtype))})", dtype, False)
         results.append(v)
@@ -222,14 +259,19 @@ def emit_function(w: Writer, ctx: ScalarContext, fn: Function, args: list[Value]
 
 def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: list, fn: Function,
                fill_shape: str) -> Value:
+    spec = OPS[expr.op] if isinstance(expr, Call) else None
+    if spec is not None and spec.runtime is not None:
+        result = ctx.names.fresh("t")
+        w.line(f"{result} = {_WEAK_DECODERS[spec.runtime].format(runtime_parameter(operands[0]))}")
+        return Value(result, _WEAK_DTYPES[spec.runtime], True, weak=True)
     try:
         dtype = _torch_dtype(expr, operands)
     except (RuntimeError, TypeError) as exc:
         name = expr.op if isinstance(expr, Call) else expr.fn.name
-        kinds = ", ".join(str(o.dtype)[6:] if isinstance(o, Value) else type(o).__name__ for o in operands)
+        kinds = ", ".join(("runtime " + type(o.meta()).__name__ if o.weak else str(o.dtype)[6:]) if isinstance(o, Value)
+                          else type(o).__name__ for o in operands)
         raise DTypeError(f"{name} cannot take ({kinds}) in function {fn.name!r}: torch says: {exc}",
                          fn.location) from None
-    spec = OPS[expr.op] if isinstance(expr, Call) else None
     if spec is not None and (spec.leaf or spec.converts_to):
         result = ctx.names.fresh("t")
         w.line(f"{result} = {_internal(ctx, spec, operands[0], dtype)}")

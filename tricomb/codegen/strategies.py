@@ -24,7 +24,7 @@ from ..lower.segments import Attach, Elementwise, TileReduce, TileScan
 from ..pipeline.printer import stage_text
 from .attach import emit_attach_body
 from .combine import emit_reduce_body, emit_scan_body
-from .kernel import Param, emit_map_body, fixed, given, layout_parameters, meta, row_bytes
+from .kernel import Param, emit_map_body, fixed, given, layout_parameters, meta, row_bytes, runtime_words
 from .columns import GROUP, group_buffers, partial_buffers
 from .launcher import (emit_columns_scratch, emit_look_back_scratch, emit_rows_scratch, emit_shared_scratch,
                        emit_ticket_scratch)
@@ -48,9 +48,11 @@ class KernelStrategy:
 
     def decorator(self) -> str:
         """The kernel's ``@triton.jit`` line."""
-        if not self.do_not_specialize:
+        # (a runtime scalar's words change with every value: a kernel specialized on one would be compiled again)
+        names = (*self.do_not_specialize, *runtime_words(self.plan))
+        if not names:
             return "@triton.jit"
-        names = ", ".join(f'"{n}"' for n in self.do_not_specialize)
+        names = ", ".join(f'"{n}"' for n in names)
         return f"@triton.jit(do_not_specialize=[{names}])"
 
     def parameters(self) -> tuple[Param, ...]:
@@ -102,7 +104,9 @@ def _stages_line(title: str, segment: Elementwise) -> list[str]:
 
 
 def _slots_given(p: KernelPlan) -> list[Param]:
-    return [given(s.name) for s in p.slots]
+    """The parameters given at each launch before any other: the slots' tensors, then the runtime scalars'
+    words."""
+    return [given(s.name) for s in p.slots] + [given(name) for name in runtime_words(p)]
 
 
 class ElementwiseKernel(KernelStrategy):

@@ -129,18 +129,23 @@ def combined_dtypes(pipeline: PipelineIR, binding: Binding, at: int) -> tuple[to
     return tuple(t.dtype for t in evaluate_fields(PipelineIR(pipeline.stages[:at + 1]), metas))
 
 
-def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
-    check_callable(pipeline)
+def check_arity(pipeline: PipelineIR, tensors: tuple) -> None:
+    """Raise ArityError, at the caller's line, when ``tensors`` are not one per input of ``pipeline``."""
     expected = pipeline.num_inputs
     if len(tensors) != expected:
         packed = len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) and len(tensors[0]) == expected
         hint = f" (a {type(tensors[0]).__name__} of {expected}: unpack it, pipe(*inputs))" if packed else ""
         raise ArityError(f"the pipeline takes {expected} input tensor(s) but was called with {len(tensors)}{hint}; "
                          "pass one tensor per input (zip_with adds inputs)", caller_location())
+
+
+def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
+    check_callable(pipeline)
+    check_arity(pipeline, tensors)
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
-            raise DTypeError(f"input {i} is a {type(t).__name__}, not a torch.Tensor; wrap it with "
-                             "torch.as_tensor(...)")
+            raise DTypeError(f"input {i} is a {type(t).__name__}, neither a torch.Tensor nor a number (a bool, int "
+                             "or float: a runtime scalar); pass a tensor (torch.as_tensor(...)) or a number")
         check_readable(i, t)
         if t.is_neg() or t.is_conj():
             raise DTypeError(f"input {i} is a torch.strided tensor with a lazy negation or conjugation; "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import struct
 import warnings
 from dataclasses import dataclass
 from types import ModuleType
@@ -19,10 +20,12 @@ import torch.autograd.forward_ad as forward_ad
 from torch._subclasses.fake_tensor import is_fake
 
 from .. import compiler
-from ..lower.bind import Binding
+from ..lower.bind import Binding, check_arity
 from ..lower.fuse import KernelPlan
-from ..errors import UnsupportedError, caller_location, too_deeply_nested
+from ..errors import ArgumentError, DTypeError, UnsupportedError, caller_location, too_deeply_nested
 from ..pipeline.ir import PipelineIR, stage_functions
+from ..pipeline.scalars import is_number, plain_scalar, used_scalars, with_runtime_scalars
+from ..pipeline.verify import verify
 from ..scalar.inline import globals_key
 from ..scalar.ir import jit_functions
 from . import binaries, index
@@ -97,20 +100,26 @@ def compile_for(pipeline: PipelineIR, cache: dict, tensors: tuple, out=None) -> 
     return entry
 
 
+def _input_key(t) -> tuple | type:
+    if not isinstance(t, torch.Tensor):
+        return type(t)  # a runtime scalar (or what the full path refuses): its value takes no part
+    if type(t).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
+        raise TypeError  # a FakeTensor or a wrapper subclass: no data_ptr() to read (the full path says what to do)
+    return t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16, t.is_neg(), t.is_conj(), t.requires_grad
+
+
 def fast_key(tensors: tuple) -> tuple | None:
     """What fixes a prepared launch: each input's dtype, shape, strides, device and 16-byte alignment (Triton
     specializes pointers on it), its lazy negation and conjugation bits and whether it requires grad, and torch's
-    default dtype (the dtype of Python floats meeting integers). None, so that the full path says what is wrong,
-    when an input is not a strided tensor, or requires grad in grad mode (which goes through the operator: a launch
-    prepared under ``torch.no_grad()``, or found in the disk index, must not serve such a call)."""
+    default dtype (the dtype of Python floats meeting integers); a runtime scalar's type alone. None, so that the
+    full path says what is wrong, when an input is not a strided tensor, or requires grad in grad mode (which goes
+    through the operator: a launch prepared under ``torch.no_grad()``, or found in the disk index, must not serve
+    such a call)."""
     try:
-        if any(type(t).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__ for t in tensors):
-            return None  # a FakeTensor or a wrapper subclass: no data_ptr() to read (the full path says what to do)
-        inputs = tuple((t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % 16, t.is_neg(), t.is_conj(),
-                        t.requires_grad) for t in tensors)
-    except (AttributeError, RuntimeError, NotImplementedError, TypeError):  # sparse, nested, mkldnn, not tensors
+        inputs = tuple(_input_key(t) for t in tensors)
+    except (AttributeError, RuntimeError, NotImplementedError, TypeError):  # sparse, nested, mkldnn, subclasses
         return None
-    if any(requires_grad for *_, requires_grad in inputs) and torch.is_grad_enabled():
+    if torch.is_grad_enabled() and any(type(key) is tuple and key[-1] for key in inputs):
         return None
     if forward_ad._current_level >= 0:  # (a dual level is open: the full path refuses tangents)
         return None
@@ -140,12 +149,28 @@ class PipelineCache:
     recursively through the functions they call): a changed global gets a new kernel, as in Triton (whose
     interpreter reads globals at each call), and the entries for earlier values are dropped."""
 
-    __slots__ = ("jit_refs", "layouts", "_globals")
+    __slots__ = ("pipeline", "jit_refs", "reads_scalars", "layouts", "forms", "_globals")
 
     def __init__(self, pipeline: PipelineIR):
+        self.pipeline = pipeline
+        self.reads_scalars = bool(used_scalars(pipeline))
         self.jit_refs = tuple(dict.fromkeys(r for fn in pipeline.functions for r in jit_functions(fn)))
         self.layouts: LRU = LRU(64)
+        self.forms: dict = {}
         self._globals = None
+
+    def form(self, inputs: tuple) -> "ScalarForm":
+        """The pipeline taking the numbers among ``inputs`` as runtime scalars (:class:`ScalarForm`), kept by
+        their kinds: a new value, or a new number of a known kind, finds it."""
+        check_arity(self.pipeline, inputs)
+        kinds = tuple(None if isinstance(t, torch.Tensor) else _kind(t, i) for i, t in enumerate(inputs))
+        found = self.forms.get(kinds)
+        if found is None:
+            named = len(used_scalars(self.pipeline))
+            ir = verify(with_runtime_scalars(self.pipeline, kinds, first=named))
+            found = self.forms[kinds] = ScalarForm(ir, PipelineCache(ir), tuple(i for i, k in enumerate(kinds) if k is None),
+                                                   tuple(i for i, k in enumerate(kinds) if k is not None))
+        return found
 
     def entries(self) -> LRU:
         """The entries for the globals read now (all of them for a pipeline that calls no jit function)."""
@@ -155,6 +180,46 @@ class PipelineCache:
                 with SERIAL:
                     self.layouts, self._globals = LRU(64), key
         return self.layouts
+
+
+@dataclass
+class ScalarForm:
+    """A pipeline called with numbers among its inputs: ``ir``, which reads them as runtime scalars
+    (:mod:`tricomb.pipeline.scalars`), its own ``cache``, where the inputs that are tensors are (``tensors``) and
+    where the numbers are (``numbers``), and, once a call needed it, its operator key (``key``)."""
+
+    ir: PipelineIR
+    cache: "PipelineCache"
+    tensors: tuple[int, ...]
+    numbers: tuple[int, ...]
+    key: object = None
+
+    def split(self, inputs: tuple, named: tuple = ()) -> tuple[tuple, tuple]:
+        """``inputs`` as the form's tensors and its runtime scalars (``named`` first, as numbered)."""
+        return tuple(inputs[i] for i in self.tensors), (*named, *(inputs[i] for i in self.numbers))
+
+
+def _kind(value, at: int) -> type:
+    """The kind of runtime scalar the number ``value``, input ``at``, is read as. Raises DTypeError for what is
+    not a number, ArgumentError for a number no runtime scalar holds (:func:`plain_scalar`)."""
+    if not is_number(value):
+        raise DTypeError(f"input {at} is a {type(value).__name__}, neither a torch.Tensor nor a number (a bool, int or "
+                         "float: a runtime scalar); pass a tensor (torch.as_tensor(...)) or a number", caller_location())
+    return type(plain_scalar(value, f"input {at}"))
+
+
+def _with_numbers(form: ScalarForm, prepared):
+    """A prepared launch of ``form`` as the call with numbers among its inputs runs it."""
+    def run(*inputs, out=None):
+        tensors, scalars = form.split(inputs[:len(form.tensors) + len(form.numbers)],
+                                      inputs[len(form.tensors) + len(form.numbers):])
+        try:
+            return prepared(*tensors, *scalars, out=out)
+        except struct.error:
+            checked = [plain_scalar(inputs[i], f"input {i}") for i in form.numbers]
+            raise ArgumentError(f"a runtime scalar does not fit its kernel argument ({checked})", caller_location())
+    run.launcher = getattr(prepared, "launcher", None)
+    return run
 
 
 def _quiet(start):
@@ -185,7 +250,8 @@ def needs_graph(tensors) -> bool:
     return records_grad(tensors) or traced(tensors)
 
 
-def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Tensor | None, graph=None):
+def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Tensor | None, graph=None,
+        scalars: tuple = ()):
     """Run the pipeline on ``tensors``: one kernel launch (none for an empty result).
 
     A call like an earlier one (same :func:`fast_key`, no ``out``, no schedule overrides) reuses that call's
@@ -193,36 +259,51 @@ def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Te
     in a process finds the module in the disk index when an earlier process built it (:mod:`.index`), and its
     compiled kernel among those recorded (:mod:`.binaries`). A call that must record autograd history or is
     traced (:func:`needs_graph`) is ``graph(tensors, out)`` instead, when ``graph`` is given (the torch
-    operator's call)."""
+    operator's call). ``scalars``: the values of the runtime scalars the pipeline names (a parsed ``param``), by
+    index; a number among ``tensors`` is a runtime scalar too, numbered after them."""
     cache = kept.entries() if kept.jit_refs else kept.layouts
+    if scalars and not kept.reads_scalars:
+        scalars = ()  # (a backward kernel reading none of the forward's)
     overrides = _OVERRIDES.get()
     key = fast_key(tensors) if out is None and not overrides else None
     prepared = cache.get(key) if key is not None else None
     if prepared is not None:
-        return prepared(*tensors)
+        return prepared(*tensors, *scalars)
     refuse_tangents(tensors, out)
     if graph is not None and needs_graph(tensors):
         return graph(tensors, out)
     try:
         with SERIAL:
-            return _first_call(pipeline, cache, tensors, out, key, overrides)
+            return _first_call(kept, cache, tensors, scalars, out, key, overrides)
     except RecursionError:
         raise too_deeply_nested() from None
 
 
-def _first_call(pipeline: PipelineIR, cache: dict, tensors: tuple, out, key, overrides: dict) -> torch.Tensor:
-    """The call path when no prepared launch fits: find or build the module, prepare, launch (and keep)."""
+def _first_call(kept: PipelineCache, cache: dict, tensors: tuple, scalars: tuple, out, key,
+                overrides: dict) -> torch.Tensor:
+    """The call path when no prepared launch fits: find or build the module, prepare, launch (and keep). With
+    numbers among the inputs, the module of the pipeline reading them as runtime scalars."""
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        form = kept.form(tensors)
+        inner, named = form.split(tensors, scalars)
+        inner_cache = form.cache.entries() if form.cache.jit_refs else form.cache.layouts
+        inner_key = fast_key(inner) if key is not None else None
+        result = _first_call(form.cache, inner_cache, inner, named, out, inner_key, overrides)
+        if key is not None and inner_key in inner_cache:
+            cache[key] = _with_numbers(form, inner_cache[inner_key])
+        return result
+    pipeline = kept.pipeline
     module, interpret = _module(pipeline, cache, tensors, out, key)
     with numpy.errstate(all="ignore") if interpret else contextlib.nullcontext():
-        prepared = module.prepare(*tensors, out=out, _checked=True, **overrides)
+        prepared = module.prepare(*tensors, *scalars, out=out, _checked=True, **overrides)
     with _triton_failures(pipeline):
         if interpret:
             prepared = _quiet(prepared)
         elif key is not None:
-            return _first_launch(module, prepared, cache, key, tensors)
+            return _first_launch(module, prepared, cache, key, (*tensors, *scalars))
         if key is not None:
             cache[key] = prepared
-        return prepared(*tensors, out=out)
+        return prepared(*tensors, *scalars, out=out)
 
 
 @contextlib.contextmanager

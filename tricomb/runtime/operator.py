@@ -1,7 +1,8 @@
 """Pipelines as a torch operator: ``tricomb::pipeline``, registered through ``torch.library``.
 
-One custom operator runs every pipeline: ``tricomb::pipeline(str key, Tensor[] inputs) -> Tensor[]``, where
-``key`` names a pipeline in this process's table (a digest of its IR, :func:`op_key`). Its fake implementation
+One custom operator runs every pipeline: ``tricomb::pipeline(str key, Tensor[] inputs, Scalar[] scalars) ->
+Tensor[]``, where ``key`` names a pipeline in this process's table (a digest of its IR, :func:`op_key`) and
+``scalars`` are its runtime scalars' values (:mod:`tricomb.pipeline.scalars`). Its fake implementation
 is tricomb's own shape and dtype inference (the pipeline evaluated by torch on meta tensors, whose sizes may be
 symbolic), so ``torch.compile`` traces a call as one node with no graph break and no recompile when only sizes
 change; its autograd formula runs backward pipelines derived from the IR (:mod:`tricomb.autograd`): directly in
@@ -22,7 +23,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import weakref
-from typing import Optional
+from typing import Optional, Sequence
+
+from torch.types import Number
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -118,15 +121,15 @@ def _entry(key: str) -> _Entry:
     return entry
 
 
-def _run(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+def _run(key: str, inputs: list[torch.Tensor], scalars: Sequence[Number]) -> list[torch.Tensor]:
     entry = _entry(key)
-    result = launch.run(entry.ir, entry.cache, tuple(inputs), None)
+    result = launch.run(entry.ir, entry.cache, tuple(inputs), None, scalars=tuple(scalars))
     return list(result) if isinstance(result, tuple) else [result]
 
 
 @torch.library.custom_op(_NAME, mutates_args=())
-def _pipeline(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    return _run(key, inputs)
+def _pipeline(key: str, inputs: list[torch.Tensor], scalars: Sequence[Number]) -> list[torch.Tensor]:
+    return _run(key, inputs, scalars)
 
 
 def _recordable(tensors: list, scans: bool) -> bool:
@@ -139,18 +142,18 @@ def _recordable(tensors: list, scans: bool) -> bool:
                                  for n in (*t.shape, *t.stride()))
 
 
-def _pipeline_cuda(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+def _pipeline_cuda(key: str, inputs: list[torch.Tensor], scalars: Sequence[Number]) -> list[torch.Tensor]:
     """The pipeline on CUDA tensors, as torch.compile records it: traced through, its kernel's launch recorded by
     ``torch.library.wrap_triton`` (``tricomb.codegen.host._Launcher``), so Inductor compiles and launches the
     kernel in its own code, allocating the results with the graph's other buffers; where that is not what works
     (:func:`_recordable`), the opaque operator, a node of the graph."""
     if not _recordable(inputs, any(isinstance(s, Scan) for s in _entry(key).ir.stages)):
-        return torch.ops.tricomb.pipeline(key, inputs)
-    return _run(key, inputs)
+        return torch.ops.tricomb.pipeline(key, inputs, scalars)
+    return _run(key, inputs, scalars)
 
 
 @_pipeline.register_fake
-def _pipeline_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+def _pipeline_fake(key: str, inputs: list[torch.Tensor], scalars: Sequence[Number]) -> list[torch.Tensor]:
     entry = _entry(key)
     metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") for t in inputs]
     check_constant_along(entry.ir, metas)  # (an eager call's own words for a target missing its class axis)
@@ -162,8 +165,8 @@ def _pipeline_fake(key: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def _setup(ctx, inputs, output) -> None:
-    key, tensors = inputs
-    ctx.key, ctx.entry = key, _entry(key)  # (the entry lives as long as the recorded graph)
+    key, tensors, scalars = inputs
+    ctx.key, ctx.entry, ctx.scalars = key, _entry(key), list(scalars)  # (the entry lives as long as the recorded graph)
     ctx.wanted = [i for i, t in enumerate(tensors) if t.requires_grad]
     ctx.count = len(tensors)
     if ctx.wanted:
@@ -182,43 +185,45 @@ def _backward(ctx, grads):
     if launch.traced(inputs + [g for g in grads if g is not None]):
         op = torch.ops.tricomb.pipeline_backward_cuda if inputs[0].is_cuda and _cuda_registered() else \
             torch.ops.tricomb.pipeline_backward
-        computed = op(ctx.key, ctx.wanted, inputs, result, grads)
+        computed = op(ctx.key, ctx.wanted, inputs, result, grads, ctx.scalars)
     else:
-        computed = autograd.backward(ctx.entry.ir, inputs, result, grads, tuple(ctx.wanted), run_fields)
+        computed = autograd.backward(ctx.entry.ir, inputs, result, grads, tuple(ctx.wanted),
+                                     functools.partial(run_fields, scalars=tuple(ctx.scalars)))
     per_input: list = [None] * ctx.count
     for i, g in zip(ctx.wanted, computed):
         per_input[i] = g
-    return None, per_input
+    return None, per_input, [None] * len(ctx.scalars)
 
 
 _pipeline.register_autograd(_backward, setup_context=_setup)
 
 
 def _gradients(key: str, wanted: list[int], inputs: list[torch.Tensor], result: list[torch.Tensor],
-               grads: list[Optional[torch.Tensor]]) -> list[torch.Tensor]:
-    computed = autograd.backward(_entry(key).ir, inputs, result, grads, tuple(wanted), run_fields)
+               grads: list[Optional[torch.Tensor]], scalars: Sequence[Number]) -> list[torch.Tensor]:
+    computed = autograd.backward(_entry(key).ir, inputs, result, grads, tuple(wanted),
+                                 functools.partial(run_fields, scalars=tuple(scalars)))
     return [_fresh(g, inputs[i], inputs + result + [g for g in grads if g is not None])
             for g, i in zip(computed, wanted)]
 
 
 @torch.library.custom_op(_BACKWARD, mutates_args=())
 def _pipeline_backward(key: str, wanted: list[int], inputs: list[torch.Tensor], result: list[torch.Tensor],
-                       grads: list[Optional[torch.Tensor]]) -> list[torch.Tensor]:
+                       grads: list[Optional[torch.Tensor]], scalars: Sequence[Number]) -> list[torch.Tensor]:
     """The gradients of the inputs in ``wanted``, by the backward pipelines of the pipeline ``key``: what a
     traced backward calls, so that a graph names only the forward pipeline (a graph read back from torch's
     cache in another process finds it there, since tracing the caller entered it), and derives the backward
     pipelines where it runs."""
-    return _gradients(key, wanted, inputs, result, grads)
+    return _gradients(key, wanted, inputs, result, grads, scalars)
 
 
 def _pipeline_backward_cuda(key: str, wanted: list[int], inputs: list[torch.Tensor], result: list[torch.Tensor],
-                            grads: list[Optional[torch.Tensor]]) -> list[torch.Tensor]:
+                            grads: list[Optional[torch.Tensor]], scalars: Sequence[Number]) -> list[torch.Tensor]:
     """:func:`_pipeline_backward` on CUDA tensors, traced through as :func:`_pipeline_cuda` is (the opaque operator
     where a backward kernel scans: a scan's, and the adjoint rule's)."""
     parts = autograd.check(_entry(key).ir)  # (None: the pipeline's own backward, attach kernels)
     if not _recordable(inputs + result + grads, parts is not None and autograd.rule(parts).scans):
-        return torch.ops.tricomb.pipeline_backward(key, wanted, inputs, result, grads)
-    return _gradients(key, wanted, inputs, result, grads)
+        return torch.ops.tricomb.pipeline_backward(key, wanted, inputs, result, grads, scalars)
+    return _gradients(key, wanted, inputs, result, grads, scalars)
 
 
 @functools.cache
@@ -238,7 +243,7 @@ def _cuda_registered() -> bool:
 
 
 @_pipeline_backward.register_fake
-def _pipeline_backward_fake(key, wanted, inputs, result, grads):
+def _pipeline_backward_fake(key, wanted, inputs, result, grads, scalars):
     return [torch.empty_like(inputs[i]) for i in wanted]
 
 
@@ -260,13 +265,14 @@ def _fresh(g: torch.Tensor, like: torch.Tensor, arguments: list) -> torch.Tensor
 _DERIVED = LRU(256)
 
 
-def run_fields(ir: PipelineIR, tensors: tuple) -> list[torch.Tensor]:
-    """Run a derived (backward) pipeline on real tensors, returning its result's fields."""
+def run_fields(ir: PipelineIR, tensors: tuple, scalars: tuple = ()) -> list[torch.Tensor]:
+    """Run a derived (backward) pipeline on real tensors, returning its result's fields; ``scalars``: the
+    forward's runtime scalars, which the derived pipeline reads by the same indices."""
     entry = _DERIVED.get(ir)
     if entry is None:
         with SERIAL:
             entry = _DERIVED[ir] = _Entry(verify(ir))
-    result = launch.run(entry.ir, entry.cache, tuple(tensors), None)
+    result = launch.run(entry.ir, entry.cache, tuple(tensors), None, scalars=scalars)
     return list(result) if isinstance(result, tuple) else [result]
 
 
@@ -303,10 +309,11 @@ _NO_OUT_WITH_GRAD = ("out= records no autograd history (as torch's out= argument
                      "grad, drop out= and use the result, or call under torch.no_grad()")
 
 
-def call(key, inputs: tuple, out=None):
+def call(key, inputs: tuple, out=None, scalars: tuple = ()):
     """The pipeline named by ``key()`` (a :func:`key_function`) on ``inputs`` through the operator, eagerly
-    (inputs that need a graph): a tensor, or a tuple for a tuple result. With grad wanted, a pipeline whose
-    gradient is not derived, or an ``out``, is refused here, before anything runs."""
+    (inputs that need a graph): a tensor, or a tuple for a tuple result; ``scalars``: its runtime scalars' values.
+    With grad wanted, a pipeline whose gradient is not derived, or an ``out``, is refused here, before anything
+    runs."""
     for i, t in enumerate(inputs):  # (before torch's autograd sees them: a torch.func transform's, a wrapper)
         check_readable(i, t, caller_location())
     name = key()
@@ -314,10 +321,10 @@ def call(key, inputs: tuple, out=None):
         if out is not None:
             raise UnsupportedError(_NO_OUT_WITH_GRAD, caller_location())
         _entry(name).check_gradient()
-    return _result(torch.ops.tricomb.pipeline(name, list(inputs)), out)
+    return _result(torch.ops.tricomb.pipeline(name, list(inputs), list(scalars)), out)
 
 
-def traced_call(key, inputs: tuple, out=None):
+def traced_call(key, inputs: tuple, out=None, scalars: tuple = ()):
     """The call torch.compile traces: the operator on ``inputs``, the pipeline named by ``key()`` (a
     :func:`key_function`). ``out`` gets the result copied in, after its shape and dtype are checked."""
     if out is not None:  # (torch._check: a raise of tricomb's own error is not traceable)
@@ -325,7 +332,7 @@ def traced_call(key, inputs: tuple, out=None):
     name = key()
     op = torch.ops.tricomb.pipeline_cuda if inputs and inputs[0].is_cuda and _cuda_registered() else \
         torch.ops.tricomb.pipeline
-    return _result(op(name, list(inputs)), out)
+    return _result(op(name, list(inputs), list(scalars)), out)
 
 
 def _result(fields, out):

@@ -43,6 +43,9 @@ class OpSpec:
     wrapping integers); ``leaf`` marks a value the kernel knows about the element rather than computes from it,
     the kernel variable of that name: its ``position`` along the folded axes, or ``K``, the count of elements a
     fold combines. Their torch functions give the dtype only (a leaf's values exist in a kernel alone).
+    ``runtime`` marks a runtime scalar of that Python type (bool, int or float): the value given at each call
+    whose index among the pipeline's runtime scalars is the operand; its torch function gives a number of that
+    type, which torch promotes as a weak scalar (:mod:`tricomb.pipeline.scalars`).
     """
 
     name: str
@@ -63,6 +66,7 @@ class OpSpec:
     internal: bool = False
     converts_to: torch.dtype | None = None
     leaf: str | None = None
+    runtime: type | None = None
 
 
 def _prod_over(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
@@ -275,6 +279,9 @@ _INTERNAL: list[OpSpec] = [
     *(OpSpec(f"coordinate_{phase}", 1, _int64, "", f"the int64 coordinate of {what} along the iteration dimension given",
              internal=True, leaf=f"{phase}_at{{0}}") for phase, what in COORDINATE_PHASES.items()),
     *(_conversion(dtype) for dtype in CONVERTIBLE),
+    *(OpSpec(f"runtime_{kind.__name__}", 1, lambda _, kind=kind: kind(1), "",
+             f"the runtime {kind.__name__} given at each call, the operand its index among them",
+             internal=True, runtime=kind) for kind in (bool, int, float)),
 ]
 
 OPS: dict[str, OpSpec] = {spec.name: spec for spec in _TABLE + _INTERNAL}

@@ -101,10 +101,11 @@ VJP: dict[str, Rule] = {
 }
 
 # ops whose result carries no gradient to their operands: steps (torch's zero gradient), comparisons and logic
-# (bool results), bit operations (integers), coordinates and counts (leaves)
+# (bool results), bit operations (integers), coordinates and counts (leaves), runtime scalars (given, not computed)
 NO_GRADIENT = frozenset(["floor", "ceil", "sign", "bitwise_and", "bitwise_or", "bitwise_xor", "lt", "le", "gt", "ge",
                          "eq", "ne", "logical_and", "logical_or", "index", "position", "count",
-                         "coordinate_in", "coordinate_out", "coordinate_row"])
+                         "coordinate_in", "coordinate_out", "coordinate_row",
+                         "runtime_bool", "runtime_int", "runtime_float"])
 
 
 def _conversion_rule(x, y, g):

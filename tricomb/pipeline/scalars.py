@@ -1,0 +1,119 @@
+"""Runtime scalars: Python numbers given to a pipeline at each call, which reach its kernel as arguments.
+
+A pipeline input may be a Python number (or a numpy scalar) instead of a tensor. Such an input is not a tensor
+the kernel loads: :func:`with_runtime_scalars` rewrites every read of it, in the function of the stage that
+brings it in, into the op table's ``runtime_<kind>`` op (kind ``bool``, ``int`` or ``float``) of its index among
+the pipeline's runtime scalars, and drops it from the stage's inputs. The value takes no part in the IR, so a
+new value never re-emits or recompiles a kernel: the launch passes it as kernel arguments, exactly (a float as
+the two 32-bit halves of its double, an int as those of its int64, so that Triton's type for them is one
+whatever the value, and a value of 1 or a multiple of 16 is not specialized on).
+
+Promotion follows torch's rule for Python scalars (a *weak* scalar): ``x * 0.5`` keeps a float16 ``x``
+float16, ``x + 3`` keeps an int8 ``x`` int8, a float meeting an integer tensor gives torch's default dtype.
+The op's torch function gives a number of the scalar's kind, so the dtype passes (torch on meta tensors) see
+exactly what torch sees; the kernel converts the value as torch converts a Python number (a float to a
+float32 tensor's dtype rounded once; an int wrapped into an int8 tensor's range).
+
+A 0-d tensor is an input like any other (torch promotes it as a 0-d tensor, not as a weak scalar): the form for a
+value that lives on the device, such as a learning rate a scheduler updates without a host sync.
+"""
+from __future__ import annotations
+
+import sys
+
+from ..errors import ArgumentError, caller_location
+from ..scalar.builtins import OPS
+from ..scalar.ir import Arg, Call, Const, Function, substitute, walk
+from ..scalar.literals import NotExact, plain_number
+from .ir import Map, PipelineIR, ZipWith, new_inputs, stream_widths
+
+KINDS = (bool, int, float)
+_INT64 = (-2**63, 2**63 - 1)
+
+
+def runtime_op(kind: type) -> str:
+    """The op table's name for a runtime scalar of ``kind``."""
+    return f"runtime_{kind.__name__}"
+
+
+def runtime_scalar(index: int, kind: type) -> Call:
+    """The expression reading runtime scalar ``index``, of ``kind``."""
+    return Call(runtime_op(kind), (Const(index),))
+
+
+def is_number(value) -> bool:
+    """Whether ``value`` is an input the pipeline takes as a runtime scalar: a Python or numpy bool, int or
+    float (not a tensor, however small)."""
+    if isinstance(value, (bool, int, float)):
+        return True
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, (numpy.bool_, numpy.integer, numpy.floating))
+
+
+def plain_scalar(value, what: str) -> bool | int | float:
+    """``value`` (see :func:`is_number`) as the plain bool, int or float it equals. Raises ArgumentError, naming
+    ``what``, for an int outside int64 (torch refuses it too) or a float no double equals."""
+    try:
+        plain = plain_number(value)
+    except NotExact as exc:
+        raise ArgumentError(f"{what} is {exc}; pass the float you mean", caller_location()) from None
+    if type(plain) is int and not _INT64[0] <= plain <= _INT64[1]:
+        raise ArgumentError(f"{what} is {plain}, outside int64 (a runtime scalar int is passed as one); pass a float, "
+                            "or a tensor", caller_location())
+    return plain
+
+
+def used_scalars(pipeline: PipelineIR) -> tuple[tuple[int, type], ...]:
+    """Each runtime scalar the pipeline's functions read: ``(index, kind)``, by index."""
+    found = {}
+    for fn in pipeline.functions:
+        for node in walk(*fn.outputs):
+            if isinstance(node, Call) and OPS[node.op].runtime is not None:
+                found[node.args[0].value] = OPS[node.op].runtime
+    return tuple(sorted(found.items()))
+
+
+def with_runtime_scalars(pipeline: PipelineIR, kinds: tuple[type | None, ...], first: int = 0) -> PipelineIR:
+    """``pipeline`` with each input whose kind in ``kinds`` is not None (one per input: None for a tensor) read
+    as a runtime scalar of that kind, numbered from ``first`` in input order, and dropped from the inputs. Raises
+    ArgumentError when no tensor is left for a stage that needs one (the first stage, or a reduce, scan or
+    attach fed by an input)."""
+    owners = [i for i, count in enumerate(new_inputs(pipeline.stages)) for _ in range(count)]
+    widths = [0] + stream_widths(pipeline.stages)[:-1]
+    numbers = iter(range(first, first + sum(k is not None for k in kinds)))
+    stages = list(pipeline.stages)
+    for at, stage in enumerate(pipeline.stages):
+        taken = [i for i, owner in enumerate(owners) if owner == at]
+        if not any(kinds[i] is not None for i in taken):
+            continue
+        if not isinstance(stage, (Map, ZipWith)) or all(kinds[i] is not None for i in taken) and at == 0:
+            raise ArgumentError(f"input {taken[0]} is a number, but stage {at} needs a tensor there (a number is a "
+                                "runtime scalar for a map or zip_with beside at least one tensor); pass a tensor "
+                                "(torch.as_tensor)", caller_location())
+        stages[at] = _rewritten(stage, widths[at], [kinds[i] for i in taken], numbers)
+    return PipelineIR(tuple(stages), pipeline.column_sums)
+
+
+def _rewritten(stage: Map | ZipWith, width: int, kinds: list[type | None], numbers) -> Map | ZipWith:
+    """``stage``, whose new inputs have ``kinds``, reading its scalar ones as runtime scalars."""
+    fn = stage.fn
+    args: list = [Arg(j) for j in range(width)]
+    kept = width
+    renumbered = {}
+    for j, kind in enumerate(kinds):
+        if kind is None:
+            renumbered[j] = kept - width
+            args.append(Arg(kept))
+            kept += 1
+        else:
+            args.append(runtime_scalar(next(numbers), kind))
+    body = Function(kept, tuple(substitute(fn, args)), fn.name, fn.location)
+    if kept == max(width, 1) or isinstance(stage, Map):
+        return Map(body, stage.location)
+    lags = tuple(type(lag)(renumbered[lag.input], lag.axis, lag.by, lag.fill) for lag in stage.lags
+                 if lag.input in renumbered)
+    return ZipWith(body, stage.location, stage.constant_along, lags)
+
+
+__all__ = ["KINDS", "is_number", "plain_scalar", "runtime_op", "runtime_scalar", "used_scalars",
+           "with_runtime_scalars"]
