@@ -23,13 +23,21 @@ _TUNERS = {}
 TUNING = {"done": 0, "total": 0, "reporters": []}  # reporters(configs timed, configs): tricomb's progress bar
 
 
-def _tuning(interpret, numel, overrides, traced=False):
+def _tuning(interpret, numel, overrides, traced=False, in_place=False):
     """Whether Triton's autotuner picks this launch's tile and warps: on the GPU, for 2**22 elements or more
     (where a kernel's time is worth seconds of tuning, once per size: the choice is cached on disk), unless
     ``TRICOMB_AUTOTUNE=0`` or ``overrides`` fix the schedule, or the launch is ``traced`` (recorded into a graph,
-    which launches it as the heuristic chose)."""
-    return (not interpret and not traced and not overrides and numel >= 1 << 22
+    which launches it as the heuristic chose), or writes ``in_place`` (each timed launch would update the
+    result again)."""
+    return (not interpret and not traced and not overrides and not in_place and numel >= 1 << 22
             and os.environ.get("TRICOMB_AUTOTUNE", "1") != "0")
+
+
+def _in_place(outs, inputs):
+    """Whether a tensor of ``outs`` shares memory with one of ``inputs`` (tricomb's checks let only a result
+    written over the input it is exactly through)."""
+    stored = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
+    return any(o.numel() and o.untyped_storage().data_ptr() in stored for o in outs)
 
 
 def _traced(t):

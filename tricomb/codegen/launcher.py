@@ -300,7 +300,9 @@ def _emit_schedule(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: s
     with every argument but the slots' tensors fixed."""
     tuned = strategy.tuned
     w.line(f"cfg = {strategy.schedule_call(inner_contiguous(p))}")
-    w.line("tune = _tuning(interpret, M * K, overrides, traced)")
+    ins = ", ".join(s.name for s in p.inputs)
+    outs = ", ".join(s.name for s in p.outputs)
+    w.line(f"tune = _tuning(interpret, M * K, overrides, traced, _in_place(({outs},), ({ins},)))")
     w.line("cfg.update(overrides)")
     w.line(f"space = tuning_space(cfg, {tuned!r}) if tune else [cfg]")
     strategy.emit_scratch(w)

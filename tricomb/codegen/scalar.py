@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import DTypeError
-from ..pipeline.evaluate import constant_dtype, promoted_dtype
+from ..pipeline.evaluate import constant_dtype, promoted_dtype, weak_call
 from ..scalar.builtins import OPS
 from ..scalar.dtypes import NARROW_INTEGERS, compute_dtype, held_dtype
 from ..scalar.ir import Call, Const, Function, JitCall, fold
@@ -163,7 +163,7 @@ def _weak_operand(ctx: "ScalarContext", value: Value, dtype: torch.dtype, target
     if dtype in _WIDER and value.dtype == torch.int64:
         text = to_integer(ctx, text, torch.int64, dtype)
     text = f"{text}.to({tl_dtype(target)})"
-    return f"({text} + tl.zeros({fill_shape}, {tl_dtype(target)}))" if fill_shape else text
+    return f"({text} + tl.full({fill_shape}, 0, {tl_dtype(target)}))" if fill_shape else text
 
 
 def _jit_argument(text: str, dtype: torch.dtype) -> str:
@@ -219,6 +219,20 @@ def _wrapped(value, target: torch.dtype):
     return (value - info.min) % (info.max - info.min + 1) + info.min
 
 
+def _weak_targets(expr: Call, operands: list, result: torch.dtype) -> list[torch.dtype | None]:
+    """The dtype each operand of an op of runtime scalars and constants alone is converted to: the 64-bit
+    type Python computes it in (:func:`~tricomb.pipeline.evaluate.weak_call`)."""
+    if expr.op in _LOGICAL:
+        return [None if isinstance(o, Value) else torch.float64 for o in operands]
+    if expr.op == "where":
+        return [torch.bool, result, result]
+    if expr.op in _COMPARISONS or result == torch.bool:
+        kinds = {type(o.meta() if isinstance(o, Value) else o) for o in operands}
+        common = torch.float64 if float in kinds else torch.int64 if int in kinds else torch.bool
+        return [torch.int32 if common == torch.bool and expr.op not in _COMPARISONS else common] * len(operands)
+    return [result] * len(operands)
+
+
 def _targets(expr: Call | JitCall, operands: list, result: torch.dtype) -> list[torch.dtype | None]:
     """torch's dtype each operand is converted to before the op (None: leave as is)."""
     if isinstance(expr, Call) and expr.op in _COMPARISONS:
@@ -264,8 +278,12 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
         result = ctx.names.fresh("t")
         w.line(f"{result} = {_WEAK_DECODERS[spec.runtime].format(runtime_parameter(operands[0]))}")
         return Value(result, _WEAK_DTYPES[spec.runtime], True, weak=True)
+    weak = isinstance(expr, Call) and any(isinstance(o, Value) and o.weak for o in operands) and \
+        all(not isinstance(o, Value) or o.weak for o in operands)
     try:
-        dtype = _torch_dtype(expr, operands)
+        dtype = weak_call(expr.op, [o.meta() if isinstance(o, Value) else o for o in operands]).value if weak else \
+            _torch_dtype(expr, operands)
+        dtype = _WEAK_DTYPES[type(dtype)] if weak else dtype
     except (RuntimeError, TypeError) as exc:
         name = expr.op if isinstance(expr, Call) else expr.fn.name
         kinds = ", ".join(("runtime " + type(o.meta()).__name__ if o.weak else str(o.dtype)[6:]) if isinstance(o, Value)
@@ -278,7 +296,7 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
         return Value(result, dtype, isinstance(operands[0], Value) and operands[0].zero_dim and not spec.leaf)
     helper_call = isinstance(expr, JitCall) or bool(spec.helpers)
     no_tensor = not any(isinstance(o, Value) for o in operands[-2:])
-    targets = _targets(expr, operands, dtype)
+    targets = _weak_targets(expr, operands, dtype) if weak else _targets(expr, operands, dtype)
     texts = [o.text if isinstance(o, Value) and t is None else
              _operand(ctx, o, t, fill_shape if helper_call or no_tensor else None)
              for o, t in zip(operands, targets)]
@@ -295,7 +313,7 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
         rendered = f"({rendered}).to({tl_dtype(held_dtype(dtype))})"
     w.line(f"{result} = {rendered}")
     zero_dim = all(o.zero_dim for o in operands if isinstance(o, Value))
-    return Value(result, dtype, zero_dim)
+    return Value(result, dtype, zero_dim, weak)
 
 
 def _internal(ctx: ScalarContext, spec, operand, dtype: torch.dtype) -> str:

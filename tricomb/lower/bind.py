@@ -380,7 +380,8 @@ def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Fie
     if over_rows is not None:
         final, result = over_rows, _check_rows_axes(over_rows, result)
     _check_field_shapes(pipeline, fields, result, final, attached)
-    outs = check_out(out, fields, tensors) if out is not None else \
+    lagged = any(isinstance(s, ZipWith) and s.lags for s in pipeline.stages)
+    outs = check_out(out, fields, tensors, in_place=not lagged) if out is not None else \
         [torch.empty_strided(f.shape, f.stride, dtype=f.dtype, device="meta") for f in fields]
     strides = [iteration_strides(t, shape, a, then if lt else stage, axes) for t, a, lt in zip(tensors, after, late)]
     strides += [(0,) * len(shape) if over_rows is not None else iteration_strides(o, shape, True, final, axes)
@@ -550,9 +551,16 @@ def _check_field_shapes(pipeline: PipelineIR, fields: tuple[Field, ...], stream:
                                    "it from a separate pipeline", pipeline.stages[-1].location)
 
 
-def check_out(out, fields: tuple[Field, ...], tensors: tuple) -> list[torch.Tensor]:
+def check_out(out, fields: tuple[Field, ...], tensors: tuple, in_place: bool = True) -> list[torch.Tensor]:
     """``out=`` must hold the result: a tensor of its shape, dtype and device (a tuple of them for a tuple
-    result), sharing no memory with an input or with each other. Returns the tensors, one per field."""
+    result), sharing no memory with each other, and none with an input unless it is that input itself
+    (:func:`same_elements`: the result written in place, where ``in_place``). Returns the tensors, one per field.
+
+    Writing in place is safe in every plan tricomb builds: each program writes the positions of the output it
+    owns (a tile, a row, a segment of a long row) and reads an input that holds the same elements only at those
+    positions, each before its own store (a second sweep over a row, in an attach, again before the store).
+    Only a derived pipeline that reads an input at another place (a lag) breaks this; it never takes ``out=``.
+    """
     if len(fields) > 1:
         if not isinstance(out, (tuple, list)) or len(out) != len(fields):
             raise ArgumentError(f"the result is a {len(fields)}-tuple of tensors, so out= must be a tuple of "
@@ -561,7 +569,7 @@ def check_out(out, fields: tuple[Field, ...], tensors: tuple) -> list[torch.Tens
     else:
         outs = [out]
     for k, (o, f) in enumerate(zip(outs, fields)):
-        _check_one_out(o, f, tensors, "out=" if len(fields) == 1 else f"out[{k}]")
+        _check_one_out(o, f, tensors, "out=" if len(fields) == 1 else f"out[{k}]", in_place)
     for j, k in ((j, k) for k in range(len(outs)) for j in range(k)):
         if overlap(outs[j], outs[k]):
             raise AliasError(f"two tensors of out= share memory (out[{j}] and out[{k}]); pass a separate tensor "
@@ -589,7 +597,20 @@ def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def _check_one_out(out, field: Field, tensors: tuple, name: str) -> None:
+def same_elements(out: torch.Tensor, t: torch.Tensor) -> bool:
+    """Whether the input ``t``, broadcast to ``out``'s shape, is ``out`` itself: every element of ``out`` is the
+    element of ``t`` at its own position (same address, element size and strides along every axis longer than
+    one), so a kernel that reads an element and then writes its result there writes in place."""
+    if out.data_ptr() != t.data_ptr() or out.element_size() != t.element_size():
+        return False
+    try:
+        view = t.expand(out.shape)
+    except RuntimeError:
+        return False
+    return all(a == b for n, a, b in zip(out.shape, view.stride(), out.stride()) if n > 1)
+
+
+def _check_one_out(out, field: Field, tensors: tuple, name: str, in_place: bool = True) -> None:
     shape, dtype = field.shape, field.dtype
     if not isinstance(out, torch.Tensor):
         raise ArgumentError(f"{name} must be a torch.Tensor, got {type(out).__name__}")
@@ -609,11 +630,13 @@ def _check_one_out(out, field: Field, tensors: tuple, name: str) -> None:
                          "does not require grad")
     if out.device != tensors[0].device:
         raise DeviceError(f"{name} is on {out.device} but the inputs are on {tensors[0].device}; allocate it there")
-    shared = [i for i, t in enumerate(tensors) if overlap(out, t)]
+    shared = [i for i, t in enumerate(tensors) if overlap(out, t) and not (in_place and same_elements(out, t))]
     if shared:
-        raise AliasError(f"{name} and input {shared[0]} span overlapping memory (tricomb compares the span from each "
-                         "tensor's first to its last element, so views that interleave without sharing an element "
-                         "count too); tricomb never writes where it reads. Pass a tensor of its own memory")
+        raise AliasError(f"{name} and input {shared[0]} span overlapping memory but are not the same elements "
+                         "(tricomb compares the span from each tensor's first to its last element, so views that "
+                         "interleave without sharing an element count too); a result is written in place only over "
+                         "an input it is exactly (same memory, shape and strides, as out=x for the input x). Pass "
+                         "that input itself, or a tensor of its own memory")
     if any(s == 0 and n > 1 for n, s in zip(out.shape, out.stride())):
         raise ShapeError(f"{name} has a zero stride (an expanded tensor), so elements would overwrite each other; "
                          "pass a tensor that owns one slot per element")

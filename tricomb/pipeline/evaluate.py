@@ -6,6 +6,9 @@ shapes (torch decides promotion, weak scalars and reduction dtypes), and on floa
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -13,7 +16,7 @@ import torch
 from ..errors import AxisError, StageError, TricombError
 from ..scalar.builtins import COORDINATES, INDEX, OPS
 from ..scalar.dtypes import typed_identity
-from ..scalar.ir import Function, JitCall, fold
+from ..scalar.ir import Call, Function, JitCall, fold
 from .ir import Attach, Lag, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from .jit_apply import apply_jit
 from .operators import fold_reduce, fold_scan, identities
@@ -36,7 +39,53 @@ def constant_dtype(value, dtypes: list[torch.dtype], zero_dim: bool) -> torch.dt
     return torch.result_type(torch.empty(() if zero_dim else (1,), dtype=promoted, device="meta"), value)
 
 
+@dataclass(frozen=True)
+class Weak:
+    """A runtime scalar's value in an evaluation (:mod:`tricomb.pipeline.scalars`): a Python number, which
+    torch promotes as a weak scalar where it meets a tensor, and which ops of runtime scalars and constants alone
+    compute as Python does (:func:`weak_call`), their result a runtime scalar's again."""
+
+    value: bool | int | float
+
+
+# the values of the runtime scalars an evaluation reads, by index; None: a number of each one's kind (dtypes only)
+_RUNTIME_VALUES: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("tricomb_runtime_values", default=None)
+_CARRIERS = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+@contextlib.contextmanager
+def runtime_values(values: tuple):
+    """Within the block, evaluations read the runtime scalars ``values`` (by index)."""
+    token = _RUNTIME_VALUES.set(tuple(values))
+    try:
+        yield
+    finally:
+        _RUNTIME_VALUES.reset(token)
+
+
+def runtime_value(kind: type, index: int) -> Weak:
+    """Runtime scalar ``index``, of ``kind``: its value in :func:`runtime_values`, else a number of its kind."""
+    values = _RUNTIME_VALUES.get()
+    return Weak(kind(values[index]) if values is not None else kind(1))
+
+
+def weak_call(op: str, operands: list) -> Weak:
+    """``op`` of runtime scalars and constants alone, as Python computes it: a float result in float64, an int
+    one in int64, a bool as a bool; the result is a runtime scalar's value."""
+    carriers = [torch.tensor(v, dtype=_CARRIERS[type(v)]) for v in (weak_number(o) for o in operands)]
+    result = OPS[op].torch(*carriers)
+    if result.is_floating_point() and result.dtype != torch.float64:
+        result = OPS[op].torch(*(c.to(torch.float64) for c in carriers))
+    return Weak(result.item())
+
+
+def weak_number(value):
+    """A runtime scalar's value as the Python number it is; anything else as it is."""
+    return value.value if isinstance(value, Weak) else value
+
+
 def _as_tensor(value, like: list) -> torch.Tensor:
+    value = weak_number(value)
     if isinstance(value, torch.Tensor):
         return value
     tensors = [t for t in like if isinstance(t, torch.Tensor)]
@@ -96,6 +145,12 @@ def _coordinate_leaf(args: list) -> torch.Tensor:
 def evaluate_function(fn: Function, args: list, after_op: OpHook = _identity) -> list[torch.Tensor]:
     """``fn``'s outputs computed by torch from the tensors ``args``; ``after_op`` is applied to each op's result."""
     def on_call(expr, operands):
+        if isinstance(expr, Call) and OPS[expr.op].runtime is not None:
+            return runtime_value(OPS[expr.op].runtime, operands[0])
+        if any(isinstance(o, Weak) for o in operands):
+            if isinstance(expr, Call) and not any(isinstance(o, torch.Tensor) for o in operands):
+                return weak_call(expr.op, operands)
+            operands = [weak_number(o) for o in operands]
         if isinstance(expr, JitCall):
             return after_op(_jit_call(expr, operands))
         if expr.op == INDEX.name:

@@ -118,6 +118,11 @@ def _tensor_args(fn):
     return op
 
 
+def _where(condition, a, b):
+    """torch.where, whose condition may also be a Python bool (a runtime scalar's test): torch takes a tensor."""
+    return torch.where(condition if isinstance(condition, torch.Tensor) else torch.tensor(condition), a, b)
+
+
 def _all_ones(x: torch.Tensor) -> torch.Tensor:
     return ~torch.zeros_like(x)
 
@@ -234,7 +239,7 @@ _TABLE: list[OpSpec] = [
             associative=True, commutative=True, identity=0.0,
             reduce_ref=lambda x, dims: torch.any(x, dim=dims), scan_ref=lambda x, d: torch.cumsum(x != 0, d) > 0,
             tile_reduce="(tl.reduce(({0} != 0).to(tl.int32), {1}, tl.standard._elementwise_max) != 0)"),
-    OpSpec("where", 3, torch.where, "tl.where({0}, {1}, {2})", "b where cond else c"),
+    OpSpec("where", 3, _where, "tl.where({0}, {1}, {2})", "b where cond else c"),
 ]
 
 # dtypes a derived stage's ``dtype=`` may name (torch.sum's, torch.cumsum's)

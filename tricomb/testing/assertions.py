@@ -80,7 +80,8 @@ def assert_matches_torch(pipe, *inputs: torch.Tensor, result=None, check_layout:
     if result is None:
         result = pipe(*inputs)
     refs = reference(pipe, *inputs)
-    _, fields = bind(pipe.ir, inputs)
+    ir, tensors = pipe._for_inputs(inputs) if hasattr(pipe, "_for_inputs") else (pipe.ir, inputs)
+    _, fields = bind(ir, tensors)
     compute = (refs if isinstance(refs, tuple) else (refs,))[0].compute  # the least precise compute dtype used
     if len(fields) == 1:
         _check_field(pipe, result, refs, fields[0], compute, "", check_layout)

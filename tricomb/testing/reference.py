@@ -22,7 +22,9 @@ import torch
 
 from ..pipeline.evaluate import (attach_fields, coordinate, evaluate_fields, evaluate_function, reduce_fields, reduce_tensor, with_lags,
                                  scan_fields, scan_tensor)
+from ..pipeline.evaluate import Weak, runtime_value, runtime_values, weak_call, weak_number
 from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
+from ..pipeline.scalars import plain_scalar, with_runtime_scalars
 from ..pipeline.verify import iteration_axes, operator_spec
 from ..scalar.builtins import INDEX, OPS
 from ..scalar.dtypes import kernel_compute_dtype
@@ -147,8 +149,14 @@ def _length(stage, before: torch.Tensor, after: torch.Tensor) -> int:
 
 def reference(pipe, *inputs: torch.Tensor) -> Reference | tuple[Reference, ...]:
     """Evaluate ``pipe`` (a Pipeline or PipelineIR) on ``inputs`` as the oracle does: a :class:`Reference`, or
-    one per field for a pipeline whose result is a tuple."""
+    one per field for a pipeline whose result is a tuple. A number among ``inputs`` is a runtime scalar, as in a
+    call."""
     ir = _ir(pipe)
+    if not all(isinstance(t, torch.Tensor) for t in inputs):
+        kinds = tuple(None if isinstance(t, torch.Tensor) else type(plain_scalar(t, "input")) for t in inputs)
+        values = tuple(plain_scalar(t, "input") for t in inputs if not isinstance(t, torch.Tensor))
+        with runtime_values(values):
+            return reference(with_runtime_scalars(ir, kinds), *(t for t in inputs if isinstance(t, torch.Tensor)))
     metas = [torch.empty_like(t, device="meta") for t in inputs]  # torch's dtype of every value, alongside
     fields = evaluate_fields(ir, metas, explain_errors=True)
     compute = kernel_compute_dtype(t.dtype for t in inputs)
@@ -280,6 +288,12 @@ def _evaluate_rounding_operands(fn, args: list[torch.Tensor], dtypes: list[torch
     def on_call(expr, operands):
         if isinstance(expr, Call) and expr.op == INDEX.name:
             return coordinate(operands[0], args), torch.int64
+        if isinstance(expr, Call) and OPS[expr.op].runtime is not None:
+            return runtime_value(OPS[expr.op].runtime, operands[0])
+        if any(isinstance(o, Weak) for o in operands):
+            if isinstance(expr, Call) and not any(isinstance(o, tuple) for o in operands):
+                return weak_call(expr.op, operands)
+            operands = [weak_number(o) for o in operands]
         metas = [meta(o) for o in operands]
         if not any(isinstance(m, torch.Tensor) for m in metas):
             metas[0] = torch.tensor(metas[0])
@@ -295,7 +309,8 @@ def _evaluate_rounding_operands(fn, args: list[torch.Tensor], dtypes: list[torch
         result = evaluate_function(Function(len(values), (_call_of(expr, len(values)),)), values, after_op)[0]
         return result, OPS[expr.op].torch(*metas).dtype if isinstance(expr, Call) else target
 
-    return [o[0] if isinstance(o, tuple) else _as_output(o, args) for o in fold(fn, list(zip(args, dtypes)), on_call)]
+    return [o[0] if isinstance(o, tuple) else _as_output(weak_number(o), args)
+            for o in fold(fn, list(zip(args, dtypes)), on_call)]
 
 
 def _rounded_to(operand: tuple, target: torch.dtype) -> torch.Tensor:
