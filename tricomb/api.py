@@ -13,8 +13,8 @@ from .codegen.strategies import describe, strategy_for
 from .lower.fuse import KernelPlan
 from .pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith
 from .pipeline.operators import normalized_identity
-from .pipeline.printer import pipeline_text
-from .pipeline.scalars import plain_scalar
+from .pipeline.printer import pipeline_text, scalar_names
+from .pipeline.scalars import Parameter, is_number, merged_parameters, plain_scalar
 from .pipeline.shorthands import SHORTHANDS, Shorthand
 from .pipeline.verify import operator_spec, verify
 from .runtime import launch, operator
@@ -85,19 +85,25 @@ class Pipeline:
     returns a tensor with torch's dtype and shape for the same computation. Compose with ``>>``.
     """
 
-    __slots__ = ("ir", "_cache", "_named", "_key")
+    __slots__ = ("ir", "parameters", "_cache", "_named", "_key")
 
-    def __init__(self, ir: PipelineIR):
+    def __init__(self, ir: PipelineIR, parameters: tuple[Parameter, ...] = ()):
         self.ir = verify(ir)
+        self.parameters = parameters  # the runtime scalars it names, by index (a parsed param, a number in env)
         self._cache = launch.PipelineCache(self.ir)
         self._named = _named_result(self.ir)
         self._key = operator.key_function(self.ir, self._cache)
+
+    def with_parameters(self, parameters: tuple[Parameter, ...]) -> "Pipeline":
+        """This pipeline, naming the runtime scalars ``parameters`` (which its IR reads by index)."""
+        return Pipeline(self.ir, parameters) if parameters else self
 
     def __rshift__(self, other: "Pipeline") -> "Pipeline":
         if not isinstance(other, Pipeline):
             raise ArgumentError(f"a pipeline can only be composed (>>) with another pipeline or stage, not "
                                f"{type(other).__name__} {other!r}; wrap functions in tc.map(...)", caller_location())
-        return Pipeline(PipelineIR(self.ir.stages + other.ir.stages))
+        parameters, right = merged_parameters(self.parameters, other.parameters, other.ir)
+        return Pipeline(PipelineIR(self.ir.stages + right.stages), parameters)
 
     def __or__(self, other):
         raise ArgumentError("in Python, compose stages with >> (| separates stages in the DSL text)",
@@ -111,29 +117,49 @@ class Pipeline:
 
     def __call__(self, *inputs: torch.Tensor, out: torch.Tensor | None = None, **named) -> torch.Tensor:
         # (the launch path: its slow part refuses deep nesting itself, so a repeated call pays no wrapper)
-        if named:
-            raise ArgumentError(f"a pipeline takes its inputs by position, not as {', '.join(k + '=' for k in named)}"
-                                "; call pipe(x, y) (out= is the one keyword)", caller_location())
+        given = self._given(named) if named or self.parameters else ()
         if torch.compiler.is_compiling():  # (first: torch.compile traces this branch alone)
-            key, tensors, scalars = self._operator_call(inputs)
+            key, tensors, scalars = self._operator_call(inputs, given)
             result = operator.traced_call(key, tensors, out, scalars)
         else:
-            result = launch.run(self.ir, self._cache, inputs, out, self._through_operator)
+            result = launch.run(self.ir, self._cache, inputs, out,
+                                functools.partial(self._through_operator, given=given), given)
         return result if self._named is None else self._named(result)
 
-    def _through_operator(self, inputs: tuple, out):
+    def _given(self, named: dict) -> tuple:
+        """The values of the runtime scalars the pipeline names, from a call's keywords (else their defaults).
+        Raises ArgumentError for a keyword naming none of them and for one given no value."""
+        unknown = [k for k in named if k not in {p.name for p in self.parameters}]
+        if unknown:
+            names = ", ".join(p.name + "=" for p in self.parameters)
+            raise ArgumentError(f"{unknown[0]}= names no runtime scalar of this pipeline ("
+                                + (f"it names {names}" if names else "it names none: its inputs are by position")
+                                + "; out= is the other keyword)", caller_location())
+        values = []
+        for p in self.parameters:
+            value = named.get(p.name, p.default)
+            if value is None:
+                raise ArgumentError(f"{p.name}= is not given: the pipeline reads the runtime scalar {p.name} (a "
+                                    f"{p.kind.__name__}); call pipe(..., {p.name}=value)", caller_location())
+            if not is_number(value):
+                raise ArgumentError(f"{p.name}= is a {type(value).__name__}; give a number (a {p.kind.__name__})",
+                                    caller_location())
+            values.append(p.kind(plain_scalar(value, f"{p.name}=")))
+        return tuple(values)
+
+    def _through_operator(self, inputs: tuple, out, given: tuple = ()):
         """The call path for inputs that need a graph (grad, or a tracer's): the torch operator."""
-        key, tensors, scalars = self._operator_call(inputs)
+        key, tensors, scalars = self._operator_call(inputs, given)
         return operator.call(key, tensors, out, scalars)
 
-    def _operator_call(self, inputs: tuple) -> tuple:
-        """The operator's key for a call on ``inputs``, its tensors and its runtime scalars: with numbers among
-        the inputs, those of the pipeline reading them as runtime scalars (:class:`~tricomb.runtime.launch.
-        ScalarForm`)."""
+    def _operator_call(self, inputs: tuple, given: tuple = ()) -> tuple:
+        """The operator's key for a call on ``inputs``, its tensors and its runtime scalars (``given``, the named
+        ones' values, first): with numbers among the inputs, those of the pipeline reading them as runtime
+        scalars (:class:`~tricomb.runtime.launch.ScalarForm`)."""
         if builtins.all(isinstance(t, torch.Tensor) for t in inputs):
-            return self._key, inputs, ()
+            return self._key, inputs, given
         form = self._form(inputs)
-        tensors, scalars = form.split(inputs)
+        tensors, scalars = form.split(inputs, given)
         return form.key, tensors, tuple(plain_scalar(v, "a runtime scalar") for v in scalars)
 
     def _form(self, inputs: tuple):
@@ -198,7 +224,11 @@ class Pipeline:
 
     @_nesting_refused
     def __str__(self) -> str:
-        return pipeline_text(self.ir)
+        if not self.parameters:
+            return pipeline_text(self.ir)
+        declared = ", ".join(p.name if p.kind is float else f"{p.name}: {p.kind.__name__}" for p in self.parameters)
+        with scalar_names({p.index: p.name for p in self.parameters}):
+            return f"param {declared}; {pipeline_text(self.ir)}"
 
     def __repr__(self) -> str:
         return f"<tricomb pipeline: {self}>"
@@ -393,7 +423,7 @@ def build_attach(reduction, where) -> Pipeline:
         raise ArgumentError(f"tc.attach takes a pipeline ending in a reduce (tc.max(axis=-1), "
                             f"tc.map(tc.square) >> tc.mean(axis=-1), a library reduction), not "
                             f"{type(reduction).__name__}", where)
-    return Pipeline(PipelineIR((Attach(reduction.ir, where),)))
+    return Pipeline(PipelineIR((Attach(reduction.ir, where),)), reduction.parameters)
 
 
 def attach(reduction: Pipeline) -> Pipeline:

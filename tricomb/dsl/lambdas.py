@@ -31,7 +31,8 @@ def _call(fn, args):
 
 
 class Expressions(lark.Transformer):
-    """Transformer rules for lambda expressions; the subclass provides ``_resolve(token)`` and ``_where``."""
+    """Transformer rules for lambda expressions; the subclass provides ``_resolve(token)``, ``_where`` and
+    ``_runtime(name)`` (the runtime scalar a name reads, or None)."""
 
     def number(self, items):
         text = str(items[0])
@@ -45,10 +46,14 @@ class Expressions(lark.Transformer):
         def value(scope):
             if name in scope:
                 return scope[name]
+            runtime = self._runtime(name)
+            if runtime is not None:
+                return runtime
             if name in _CONSTANTS:
                 return _CONSTANTS[name]
             raise UnknownNameError(f"unknown name {name!r} in a lambda: not one of its parameters "
-                                   f"({', '.join(scope) or 'none'}) nor inf, nan, True, False", where)
+                                   f"({', '.join(scope) or 'none'}), a param, a number in env, nor inf, nan, True, "
+                                   "False", where)
         return value
 
     def call(self, items):

@@ -19,8 +19,9 @@ from pathlib import Path
 import lark
 
 from ..errors import ArgumentError, Location, ParseError, TricombError, UnknownNameError, caller_location
+from ..pipeline.scalars import KIND_NAMES, Parameter, is_number, plain_scalar, runtime_scalar
 from ..pipeline.shorthands import OPERATOR_ALIASES, SHORTHANDS
-from ..scalar.trace import BUILTINS
+from ..scalar.trace import BUILTINS, Traced
 from .lambdas import Expressions
 
 _STAGE_ARGUMENTS = {"reduce": ("axis", "keepdim", "dtype", "identity"),
@@ -157,6 +158,28 @@ class _Build(Expressions):
     def __init__(self, text: str, env: dict, source: str):
         super().__init__()
         self.text, self.env, self.source = text, env, source
+        self.declared: dict[str, Parameter] = {}  # the runtime scalars named, in index order
+
+    def parameter(self, items):
+        name, kind = str(items[0]), str(items[1]) if len(items) > 1 else "float"
+        if name in self.declared:
+            raise ParseError(f"param {name!r} is declared twice; declare each runtime scalar once", self._where(items[0]))
+        if kind not in KIND_NAMES:
+            raise ParseError(f"param {name}: {kind!r} is no kind of runtime scalar; write float, int or bool",
+                             self._where(items[1]))
+        self.declared[name] = Parameter(name, KIND_NAMES[kind], len(self.declared))
+
+    def _runtime(self, name: str):
+        """The runtime scalar a lambda reads by ``name``: a declared ``param``, or a number in ``env`` (a runtime
+        scalar whose value is given at parse time, and may be given again at a call); None for another name."""
+        if name not in self.declared:
+            value = self.env.get(name)
+            if value is None or not is_number(value):
+                return None
+            plain = plain_scalar(value, f"env[{name!r}]")
+            self.declared[name] = Parameter(name, type(plain), len(self.declared), plain)
+        found = self.declared[name]
+        return Traced(runtime_scalar(found.index, found.kind))
 
     def _where(self, meta_or_token) -> Location:
         return _location(self.text, self.source, meta_or_token.line, meta_or_token.column)
@@ -313,7 +336,7 @@ class _Build(Expressions):
         return result
 
     def start(self, items):
-        return items[0]
+        return items[-1].with_parameters(tuple(self.declared.values()))
 
 
 def parse(text: str, env: dict | None = None, *, source: str = "<pipeline>"):

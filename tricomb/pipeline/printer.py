@@ -1,7 +1,10 @@
 """The pipeline as DSL-style text, for ``str(pipe)``, plans and messages."""
 from __future__ import annotations
 
-from ..scalar.builtins import COORDINATES
+import contextlib
+import contextvars
+
+from ..scalar.builtins import COORDINATES, OPS
 from ..scalar.ir import Arg, Call, Const, Expr, Function, JitCall, children, tree_size, walk
 from .ir import Attach, Lag, Map, PipelineIR, Reduce, Stage, ZipWith
 from .shorthands import BY_OPERATOR, INDEX_SHORTHANDS
@@ -10,6 +13,7 @@ from .verify import operator_spec
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "lt": "<", "le": "<=", "gt": ">",
           "ge": ">=", "eq": "==", "ne": "!="}
 _PARAMS = "xyzuvw"
+_SCALAR_NAMES: contextvars.ContextVar[dict] = contextvars.ContextVar("tricomb_scalar_names", default={})
 
 
 def _node_text(e: Expr, operands: list[str], names: list[str]) -> str:
@@ -27,6 +31,8 @@ def _node_text(e: Expr, operands: list[str], names: list[str]) -> str:
         return f"(-{operands[0]})"
     if e.op in COORDINATES:  # an axis, not a value: index(-1)
         return f"{e.op}({e.args[0].value})"
+    if OPS[e.op].runtime is not None:  # a runtime scalar: by its name, where the pipeline names it
+        return _SCALAR_NAMES.get().get(e.args[0].value, f"scalar{e.args[0].value}")
     return f"{e.op}({', '.join(operands)})"
 
 
@@ -121,6 +127,16 @@ def stage_text(stage: Stage) -> str:
 def _lag_text(lag: Lag) -> str:
     """A lag as IR text (derivative rules build lags; the DSL has no words for them)."""
     return f"; its input {lag.input} read {lag.by} back along axis {lag.axis}, {lag.fill!r} outside"
+
+
+@contextlib.contextmanager
+def scalar_names(names: dict[int, str]):
+    """Within the block, runtime scalar ``i`` is written ``names[i]`` (``scalar<i>`` when not there)."""
+    token = _SCALAR_NAMES.set(names)
+    try:
+        yield
+    finally:
+        _SCALAR_NAMES.reset(token)
 
 
 def pipeline_text(pipeline: PipelineIR) -> str:

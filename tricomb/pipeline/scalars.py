@@ -19,15 +19,29 @@ value that lives on the device, such as a learning rate a scheduler updates with
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
+from dataclasses import dataclass
 
 from ..errors import ArgumentError, caller_location
 from ..scalar.builtins import OPS
-from ..scalar.ir import Arg, Call, Const, Function, substitute, walk
+from ..scalar.ir import Arg, Call, Const, Function, as_expr, fold, rebuilt, substitute, walk
 from ..scalar.literals import NotExact, plain_number
-from .ir import Map, PipelineIR, ZipWith, new_inputs, stream_widths
+from .ir import Attach, Map, PipelineIR, ZipWith, new_inputs, stream_widths
 
 KINDS = (bool, int, float)
+KIND_NAMES = {kind.__name__: kind for kind in KINDS}
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A runtime scalar a pipeline names (a parsed ``param``, or a number in ``env``): read as ``index``, a
+    Python number of ``kind``, given at each call by ``name`` (``default`` when not given: None for none)."""
+
+    name: str
+    kind: type
+    index: int
+    default: bool | int | float | None = None
 _INT64 = (-2**63, 2**63 - 1)
 
 
@@ -115,5 +129,46 @@ def _rewritten(stage: Map | ZipWith, width: int, kinds: list[type | None], numbe
     return ZipWith(body, stage.location, stage.constant_along, lags)
 
 
-__all__ = ["KINDS", "is_number", "plain_scalar", "runtime_op", "runtime_scalar", "used_scalars",
+def merged_parameters(left: tuple[Parameter, ...], right: tuple[Parameter, ...],
+                      ir: PipelineIR) -> tuple[tuple[Parameter, ...], PipelineIR]:
+    """The runtime scalars a composition ``left >> right`` names, and ``ir`` (``right``'s) reading its own by
+    their indices there: a name both name is one scalar (the same kind; left's default first), a new one is
+    numbered after ``left``'s. Raises ArgumentError for one name of two kinds."""
+    merged = {p.name: p for p in left}
+    moved = {}
+    for p in right:
+        found = merged.get(p.name)
+        if found is not None and found.kind is not p.kind:
+            raise ArgumentError(f"the composed pipelines both name the runtime scalar {p.name}, as a "
+                                f"{found.kind.__name__} and as a {p.kind.__name__}; give them one kind, or two names",
+                                caller_location())
+        if found is None:
+            found = merged[p.name] = Parameter(p.name, p.kind, len(merged), p.default)
+        moved[p.index] = found.index
+    if all(k == v for k, v in moved.items()):
+        return tuple(merged.values()), ir
+    return tuple(merged.values()), renumbered(ir, moved)
+
+
+def renumbered(pipeline: PipelineIR, moved: dict[int, int]) -> PipelineIR:
+    """``pipeline`` reading runtime scalar ``moved[i]`` where it read ``i``."""
+    def function(fn: Function) -> Function:
+        reads = {node: runtime_scalar(moved[node.args[0].value], OPS[node.op].runtime) for node in walk(*fn.outputs)
+                 if isinstance(node, Call) and OPS[node.op].runtime is not None}
+        if not reads:
+            return fn
+        outputs = fold(fn, [Arg(i) for i in range(fn.arity)],
+                       lambda node, operands: reads.get(node) or rebuilt(node, operands))
+        return Function(fn.arity, tuple(as_expr(o) for o in outputs), fn.name, fn.location)
+
+    def stage(s):
+        if isinstance(s, (Map, ZipWith)):
+            return dataclasses.replace(s, fn=function(s.fn))
+        if isinstance(s, Attach):
+            return dataclasses.replace(s, pipeline=renumbered(s.pipeline, moved))
+        return s
+    return PipelineIR(tuple(stage(s) for s in pipeline.stages), pipeline.column_sums)
+
+
+__all__ = ["KIND_NAMES", "KINDS", "Parameter", "is_number", "plain_scalar", "runtime_op", "merged_parameters", "renumbered", "runtime_scalar", "used_scalars",
            "with_runtime_scalars"]

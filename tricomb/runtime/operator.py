@@ -192,7 +192,7 @@ def _backward(ctx, grads):
     per_input: list = [None] * ctx.count
     for i, g in zip(ctx.wanted, computed):
         per_input[i] = g
-    return None, per_input, [None] * len(ctx.scalars)
+    return None, per_input, None if ctx.scalars else []
 
 
 _pipeline.register_autograd(_backward, setup_context=_setup)
