@@ -7,7 +7,7 @@
     pipe = tc.parse("map softplus | sum")
 """
 from ._version import __version__
-from .api import (Pipeline, Plan, all, any, attach, fanout, argmax, argmin, cummax, cummin, cumprod, cumsum, map, max, mean, min, nanmean, nansum, prod, reduce, scan,
+from .api import (Foreach, Pipeline, Plan, all, any, attach, fanout, foreach, argmax, argmin, cummax, cummin, cumprod, cumsum, map, max, mean, min, nanmean, nansum, prod, reduce, scan,
                   sum, vjp, zip_with)
 from .dsl.parser import parse
 from . import library
@@ -18,7 +18,7 @@ from .scalar.trace import BUILTINS as _BUILTINS
 
 globals().update(_BUILTINS)  # tc.exp, tc.add, tc.where, ...: one public name per row of the op table
 
-__all__ = ["Pipeline", "Plan", "map", "zip_with", "reduce", "scan", "attach", "fanout", "sum", "prod", "max", "min", "mean", "nanmean", "nansum", "argmax", "argmin", "any", "all", "cumsum",
+__all__ = ["Pipeline", "Plan", "Foreach", "foreach", "map", "zip_with", "reduce", "scan", "attach", "fanout", "sum", "prod", "max", "min", "mean", "nanmean", "nansum", "argmax", "argmin", "any", "all", "cumsum",
            "cumprod", "cummax", "cummin", "vjp", "parse", "check_laws", "Laws", "TricombError", "ParseError", "UnknownNameError", "ArityError",
            "TraceError", "InlineError", "ShapeError", "AxisError", "DTypeError", "DeviceError", "UnsupportedError",
            "StageError", "LawError", "CacheWarning", "ArgumentError", "AliasError", "library",

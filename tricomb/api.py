@@ -17,6 +17,7 @@ from .pipeline.printer import pipeline_text, scalar_names
 from .pipeline.scalars import Parameter, is_number, merged_parameters, plain_scalar
 from .pipeline.shorthands import SHORTHANDS, Shorthand
 from .pipeline.verify import operator_spec, verify
+from .runtime import foreach as foreach_runtime
 from .runtime import launch, operator
 from .scalar.derivatives import define_jit_vjp
 from .scalar.ir import Arg, Call, Function, JitCall, JitRef, walk
@@ -416,6 +417,49 @@ def fanout(*reduces: Pipeline) -> Pipeline:
     reduce_ = Reduce(op, stages[0].axis, stages[0].keepdim, identity=tuple(spec.identity for spec in specs),
                      location=where)
     return Pipeline(PipelineIR((Map(copies, where), reduce_)))
+
+
+class Foreach:
+    """``tc.foreach(pipe)``: the pipeline ``pipe`` (maps and zip_withs) applied to lists of tensors, position by
+    position, in one kernel launch per group of positions (one device and one dtype at each argument, as torch's
+    foreach ops group them).
+
+    ``foreach(*arguments, out=None, **named)``: each argument is a list of tensors (one per position; the tensors of
+    one position have one shape), a number (a runtime scalar, shared), a list of numbers (one per position), or a
+    0-d tensor (shared; a value on the device that changes without a host sync, such as a scheduled learning
+    rate). ``out``: lists of tensors for the result fields (a list, or a tuple of lists for a tuple result),
+    each tensor written in place over the input it is exactly, if any. Returns the result lists (``out``'s).
+    ``named``: the runtime scalars a parsed pipeline names (``param``).
+
+    The launch reads a table of the tensors' addresses and sizes that is kept for the same tensors, so repeated
+    steps over the same parameters copy nothing to the device and can be captured in a CUDA graph. Contiguous
+    tensors take the one launch; a position with a strided tensor is a call of the pipeline of its own. Raises
+    UnsupportedError for a pipeline with a reduce, scan or attach, or inputs that require grad in grad mode;
+    ArgumentError, ShapeError, DTypeError and AliasError (a result over part of an input) naming the argument,
+    before anything runs.
+    """
+
+    __slots__ = ("pipeline", "_runner")
+
+    def __init__(self, pipeline: Pipeline):
+        if not isinstance(pipeline, Pipeline):
+            raise ArgumentError(f"tc.foreach takes a pipeline (tc.zip_with(...), tc.parse(...)), not "
+                                f"{type(pipeline).__name__}", caller_location())
+        foreach_runtime.check_elementwise(pipeline.ir, caller_location())
+        self.pipeline = pipeline
+        self._runner = foreach_runtime.ForeachRunner(pipeline.ir)
+
+    def __call__(self, *arguments, out=None, **named):
+        given = self.pipeline._given(named) if named or self.pipeline.parameters else ()
+        return self._runner(arguments, out, given)
+
+    def __repr__(self) -> str:
+        return f"<tricomb foreach: {self.pipeline}>"
+
+
+def foreach(pipe: Pipeline) -> Foreach:
+    """``pipe`` (maps and zip_withs) over lists of tensors in one launch per dtype group: see :class:`Foreach`."""
+    return Foreach(pipe)
 
 
 def build_attach(reduction, where) -> Pipeline:

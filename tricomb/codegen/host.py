@@ -252,6 +252,37 @@ def _scalar_words(value, kind):
     return hi, lo
 
 
+def _foreach_table(lists, per_tensor, kinds):
+    """A foreach launch's device table (see ``tricomb.codegen.foreach``) over ``lists`` (one list of tensors per
+    slot) and ``per_tensor`` (one list of numbers per runtime scalar given per tensor, of ``kinds``: pairs of its
+    index and kind), the number of tensors, the grid, and the schedule (``BLOCK``, ``num_warps``, ``STEPS``:
+    the binary search's halvings, ``WIDE``: whether an index may pass 2**31 - 1)."""
+    first = lists[0]
+    n = len(first)
+    numels = [t.numel() for t in first]
+    largest = max(numels, default=0)
+    cfg = schedule_foreach(largest, sum(numels), not first[0].is_cuda if n else True)
+    block = cfg["BLOCK"]
+    starts = [0]
+    for numel in numels:
+        starts.append(starts[-1] + -(-numel // block))
+    rows = [[t.data_ptr() for t in tensors] + [0] for tensors in lists] + [numels + [0], starts]
+    for values, (_, kind) in zip(per_tensor, kinds):
+        rows.append([_scalar_bits(v, kind) for v in values] + [0])
+    table = torch.tensor(rows, dtype=torch.int64)
+    if n and first[0].is_cuda:
+        table = table.to(first[0].device)
+    cfg.update(STEPS=max(1, n.bit_length()), WIDE=largest + block > 2**31 - 1)
+    return table, n, starts[-1], cfg
+
+
+def _scalar_bits(value, kind):
+    """A runtime scalar as one int64: an int itself, a bool 0 or 1, a float the bits of its double."""
+    if kind is float:
+        return struct.unpack("<q", struct.pack("<d", value))[0]
+    return int(value)
+
+
 def _empty(shape, order, dtype, device):
     """A new tensor of ``shape`` laid out with its dimensions in ``order`` (outer to inner), as torch lays out
     the result of an elementwise op on permuted inputs."""

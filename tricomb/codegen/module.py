@@ -15,7 +15,6 @@ from ..pipeline.printer import pipeline_text
 from ..scalar.inline import inline_jit_functions
 from ..scalar.ir import jit_functions
 from .fold import emit_combine_function
-from .launcher import emit_launch
 from .scalar import ScalarContext
 from .sources import Definition, closure, imports_for, reads, reserved_names
 from .strategies import KernelStrategy, describe, strategy_for
@@ -34,21 +33,22 @@ def _taken() -> set[str]:
     return reserved_names() | set(_MODULE_NAMES) | imported
 
 
-def emit_module(p: KernelPlan) -> str:
-    """The complete Python source of the module for plan ``p``."""
+def emit_module(p: KernelPlan, strategy: KernelStrategy | None = None) -> str:
+    """The complete Python source of the module for plan ``p``, whose kernel ``strategy`` writes (by default
+    the one :func:`strategy_for` chooses)."""
     names = Names(_taken())
     refs = []
     for fn in p.pipeline.functions:
         refs += [r for r in jit_functions(fn) if r not in refs]
     inlined = inline_jit_functions(refs, names.taken)
-    ctx = ScalarContext(names, inlined.names)
+    strategy = strategy or strategy_for(p)
+    ctx = ScalarContext(names, inlined.names, strategy.runtime_reads())
 
-    strategy = strategy_for(p)
     kernel = Writer()
     combines = _emit_combine_functions(kernel, ctx, p)
     _emit_kernel(kernel, ctx, strategy, "kernel", combines)
     host = Writer()
-    emit_launch(host, p, strategy, "kernel")
+    strategy.emit_host(host, "kernel")
 
     read = reads(ast.parse(kernel.text())) | reads(ast.parse(host.text()))
     device, schedules, runtime = closure(read)

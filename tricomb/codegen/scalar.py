@@ -11,7 +11,7 @@ subexpressions are emitted once.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -86,6 +86,9 @@ class ScalarContext:
 
     names: Names
     jit_names: dict[int, str]  # id(python function of a user @triton.jit function) -> emitted name
+    # runtime scalar index -> the kernel expression reading it, held as its kind is (where the kernel does not take
+    # it as words: a foreach kernel's per-tensor scalars)
+    runtime_reads: dict[int, str] = field(default_factory=dict)
 
 
 def _torch_dtype(expr: Call | JitCall, operands: list) -> torch.dtype:
@@ -276,7 +279,8 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
     spec = OPS[expr.op] if isinstance(expr, Call) else None
     if spec is not None and spec.runtime is not None:
         result = ctx.names.fresh("t")
-        w.line(f"{result} = {_WEAK_DECODERS[spec.runtime].format(runtime_parameter(operands[0]))}")
+        read = ctx.runtime_reads.get(operands[0]) or _WEAK_DECODERS[spec.runtime].format(runtime_parameter(operands[0]))
+        w.line(f"{result} = {read}")
         return Value(result, _WEAK_DTYPES[spec.runtime], True, weak=True)
     weak = isinstance(expr, Call) and any(isinstance(o, Value) and o.weak for o in operands) and \
         all(not isinstance(o, Value) or o.weak for o in operands)

@@ -26,8 +26,8 @@ from .attach import emit_attach_body
 from .combine import emit_reduce_body, emit_scan_body
 from .kernel import Param, emit_map_body, fixed, given, layout_parameters, meta, row_bytes, runtime_words
 from .columns import GROUP, group_buffers, partial_buffers
-from .launcher import (emit_columns_scratch, emit_look_back_scratch, emit_rows_scratch, emit_shared_scratch,
-                       emit_ticket_scratch)
+from .launcher import (emit_columns_scratch, emit_launch, emit_look_back_scratch, emit_rows_scratch,
+                       emit_shared_scratch, emit_ticket_scratch)
 from .lookback import packing
 from .scalar import ScalarContext
 from .scratch import FLAGS, READY, TICKETS, aggregates, partials, prefixes, shared_partials
@@ -68,6 +68,14 @@ class KernelStrategy:
         """The call choosing the launch parameters ``cfg``; ``inner`` is the condition that a row's elements are
         contiguous."""
         raise NotImplementedError
+
+    def runtime_reads(self) -> dict[int, str]:
+        """The kernel expressions of the runtime scalars it does not take as words (none, but a foreach's)."""
+        return {}
+
+    def emit_host(self, w: Writer, kernel: str) -> None:
+        """The module's host code: ``launch`` and ``prepare`` for the kernel named ``kernel``."""
+        emit_launch(w, self.plan, self, kernel)
 
     def emit_scratch(self, w: Writer) -> None:
         """The launcher's lines after the tuning space: the scratch buffers and the look-back's ``status``."""

@@ -163,3 +163,14 @@ def tuning_space(cfg, entry):
     cap = {"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg else {}
     warps = sorted({4, 8, cfg["num_warps"]})
     return [{entry: s, "num_warps": w, **cap} for s in (size // 2, size, size * 2) for w in warps if s >= 16]
+
+
+def schedule_foreach(largest, total, interpret):
+    """Foreach: ``BLOCK`` elements of one tensor per program, for tensors of at most ``largest`` elements and
+    ``total`` in all: wide tiles when the tensors are large, else tiles no wider than the largest tensor (a list
+    of small tensors is one program each)."""
+    if interpret:
+        return {"BLOCK": min(max(triton.next_power_of_2(largest), 16), 1 << 16), "num_warps": 4}
+    if total >= 1 << 22 and largest >= 4096:
+        return {"BLOCK": 4096, "num_warps": 8}
+    return {"BLOCK": max(128, min(1024, triton.next_power_of_2(largest))), "num_warps": 4}

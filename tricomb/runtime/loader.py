@@ -94,7 +94,8 @@ def _execute(source: str, name: str, interpret: bool) -> ModuleType:
         except BaseException:
             sys.modules.pop(qualified, None)
             raise
-    module.TUNING["reporters"] = tuning.REPORTERS  # the CLI's progress bar sees every kernel's tuning
+    if hasattr(module, "TUNING"):  # (a module whose launch is never tuned has none: a foreach kernel's)
+        module.TUNING["reporters"] = tuning.REPORTERS  # the CLI's progress bar sees every kernel's tuning
     return module
 
 

@@ -1,0 +1,261 @@
+"""``tc.foreach``'s call path: an elementwise pipeline over lists of tensors, one launch per group of them.
+
+The positions ``t`` of the lists are grouped as torch groups a foreach op's tensors: by device and by the dtypes
+of the tensors at ``t`` (``torch.optim``'s ``_group_tensors_by_device_and_dtype``). Each group is one launch of a
+foreach kernel (:mod:`tricomb.codegen.foreach`), whose module is kept per signature (the pipeline with its
+numbers read as runtime scalars, the dtypes, which inputs are given once for all and which numbers per tensor)
+and whose table is kept per set of tensors (addresses and sizes): a training loop's second step on the same
+parameters copies nothing to the device and launches once per group.
+
+A position whose tensors are not contiguous is run as a single call of the pipeline (correct, and one launch
+of its own), as torch's foreach ops fall back to a loop where their fast path does not apply.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy
+import torch
+
+from .. import compiler
+from ..codegen.foreach import ForeachKernel
+from ..codegen.module import emit_module
+from ..errors import (AliasError, ArgumentError, ArityError, DeviceError, DTypeError, ShapeError, UnsupportedError,
+                      caller_location)
+from ..lower.bind import SUPPORTED_DTYPES, byte_range, overlap, same_elements
+from ..pipeline.ir import Map, PipelineIR, ZipWith
+from ..pipeline.scalars import is_number, plain_scalar
+from ..serial import SERIAL
+from .launch import PipelineCache
+from .loader import load_module
+from .lru import LRU
+
+LIST, SHARED, SCALAR, PER_TENSOR = "list", "shared", "scalar", "per tensor"
+
+
+def check_elementwise(pipeline: PipelineIR, where) -> None:
+    """Raise UnsupportedError unless every stage of ``pipeline`` is a map or a zip_with."""
+    for i, stage in enumerate(pipeline.stages):
+        if not isinstance(stage, (Map, ZipWith)):
+            raise UnsupportedError(f"tc.foreach applies a pipeline of maps and zip_withs; stage {i} is a "
+                                   f"{type(stage).__name__.lower()}. Call the pipeline on each tensor", where)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A foreach call's arguments, classified: each argument's role (``LIST`` of tensors, ``SHARED`` 0-d tensor,
+    ``SCALAR`` number, ``PER_TENSOR`` list of numbers), the count of positions, and ``out``'s lists."""
+
+    arguments: tuple
+    roles: tuple[str, ...]
+    n: int
+    outs: tuple[list, ...] | None
+
+
+def _role(value, i: int) -> str:
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 0:
+            raise ShapeError(f"argument {i} is one tensor of shape {tuple(value.shape)}; a tensor given once for "
+                             "every position must be 0-d (a learning rate on the device). Pass a list of tensors, "
+                             "one per position", caller_location())
+        return SHARED
+    if is_number(value):
+        plain_scalar(value, f"argument {i}")
+        return SCALAR
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(t, torch.Tensor) for t in value):
+            return LIST
+        if value and all(is_number(v) for v in value):
+            return PER_TENSOR
+    raise ArgumentError(f"argument {i} is a {type(value).__name__}; give a list of tensors (one per position), a "
+                        "number or a 0-d tensor (one for all), or a list of numbers (one per position)",
+                        caller_location())
+
+
+def classify(arguments: tuple, out, num_inputs: int, width: int) -> _Call:
+    """The call's arguments classified and checked: the count, the lists' lengths, ``out``'s form. Raises
+    ArityError, ArgumentError or ShapeError naming the argument."""
+    if len(arguments) != num_inputs:
+        raise ArityError(f"the pipeline takes {num_inputs} inputs, so foreach takes {num_inputs} arguments (a list "
+                         f"of tensors, or a number, per input); got {len(arguments)}", caller_location())
+    roles = tuple(_role(a, i) for i, a in enumerate(arguments))
+    lengths = {i: len(a) for i, (a, r) in enumerate(zip(arguments, roles)) if r in (LIST, PER_TENSOR)}
+    if roles.count(LIST) == 0:
+        raise ArgumentError("foreach needs at least one list of tensors among its arguments (numbers and 0-d "
+                            "tensors are shared by every position)", caller_location())
+    n = lengths[roles.index(LIST)]
+    for i, length in lengths.items():
+        if length != n:
+            raise ShapeError(f"argument {i} holds {length} items but argument {roles.index(LIST)} holds {n}; give "
+                             "every list one item per position", caller_location())
+    outs = None
+    if out is not None:
+        outs = tuple(out) if width > 1 else (out,)
+        if width > 1 and (not isinstance(out, (tuple, list)) or len(out) != width):
+            raise ArgumentError(f"the result has {width} fields, so out= must be a tuple of {width} lists of tensors",
+                                caller_location())
+        for k, o in enumerate(outs):
+            if not isinstance(o, (list, tuple)) or len(o) != n or not all(isinstance(t, torch.Tensor) for t in o):
+                raise ArgumentError(f"out{'' if width == 1 else f'[{k}]'} must be a list of {n} tensors, one per "
+                                    "position", caller_location())
+    return _Call(tuple(arguments), roles, n, outs)
+
+
+class ForeachRunner:
+    """What a ``tc.foreach`` keeps between calls: the pipeline's forms (:class:`~.launch.PipelineCache`), the
+    modules per group signature, and the prepared launches (their tables) per set of tensors."""
+
+    def __init__(self, pipeline: PipelineIR):
+        self.cache = PipelineCache(pipeline)
+        self.modules: LRU = LRU(64)
+        self.prepared: LRU = LRU(16)
+
+    def __call__(self, arguments: tuple, out, named: tuple = ()):
+        """The pipeline over ``arguments`` (see :func:`classify`), ``named``: the values of the runtime scalars the
+        pipeline names. Returns the result lists (``out``'s, when given)."""
+        call = classify(arguments, out, self.cache.pipeline.num_inputs, self.cache.pipeline.width)
+        if torch.is_grad_enabled() and any(t.requires_grad for a, r in zip(arguments, call.roles) if r == LIST
+                                           for t in a):
+            raise UnsupportedError("tc.foreach records no autograd history; call it under torch.no_grad(), as "
+                                   "optimizer steps are", caller_location())
+        representative = tuple(a[0] if r == PER_TENSOR or r == LIST and call.n else
+                               torch.empty(0) if r == LIST else a for a, r in zip(arguments, call.roles))
+        form = self.cache.form(representative)
+        # per tensor: (runtime scalar index, argument) of each list of numbers
+        per_tensor = tuple((len(named) + j, i) for j, i in enumerate(form.numbers) if call.roles[i] == PER_TENSOR)
+        scalars = list(named) + [plain_scalar(arguments[i], f"argument {i}") if call.roles[i] == SCALAR else 0
+                                 for i in form.numbers]
+        width = self.cache.pipeline.width
+        results = [list(o) for o in call.outs] if call.outs is not None else [[None] * call.n for _ in range(width)]
+        for key, positions in self._groups(call).items():
+            if key is None:
+                self._single_calls(call, positions, results, named)
+            else:
+                self._run_group(form, call, key, positions, per_tensor, scalars, results)
+        return results[0] if width == 1 else tuple(results)
+
+    def _groups(self, call: _Call) -> dict:
+        """Positions by (device, the dtypes of the lists' tensors there, of out='s), in order; a position whose
+        tensors are not contiguous (or differ in shape) by itself, under the key None."""
+        lists = [a for a, r in zip(call.arguments, call.roles) if r == LIST] + list(call.outs or ())
+        groups: dict = {}
+        for t in range(call.n):
+            tensors = [ts[t] for ts in lists]
+            first = tensors[0]
+            fast = all(x.is_contiguous() and x.shape == first.shape for x in tensors)
+            key = (first.device, tuple(x.dtype for x in tensors)) if fast else None
+            groups.setdefault(key, []).append(t)
+        return groups
+
+    def _run_group(self, form, call: _Call, key, positions: list[int], per_tensor: tuple, scalars: list,
+                   results: list) -> None:
+        """One launch over the group's ``positions``."""
+        lists = [[a[t] for t in positions] for a, r in zip(call.arguments, call.roles) if r == LIST]
+        shared = [a for a, r in zip(call.arguments, call.roles) if r == SHARED]
+        module, dtypes = self._module(form, call, key, tuple(k for k, _ in per_tensor))
+        if call.outs is None:
+            outs = [[torch.empty_like(x, dtype=dtype) for x in lists[0]] for dtype in dtypes]
+            for k, fields in enumerate(outs):
+                for t, field in zip(positions, fields):
+                    results[k][t] = field
+        else:
+            outs = [[o[t] for t in positions] for o in call.outs]
+            _check_outs(outs, dtypes, lists, shared)
+        values = [[call.arguments[i][t] for t in positions] for _, i in per_tensor]
+        prepared = self._prepared(module, lists + outs, values, call.outs is not None)
+        if lists[0][0].is_cuda:
+            prepared(*shared, *scalars)
+            return
+        with SERIAL, numpy.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Conversion of an array with ndim > 0 to a scalar", DeprecationWarning)
+            prepared(*shared, *scalars)
+
+    def _single_calls(self, call: _Call, positions: list[int], results: list, named: tuple) -> None:
+        """Positions the foreach kernel does not take (strided tensors, shapes that differ): each a call of the
+        pipeline."""
+        from .launch import run
+        for t in positions:
+            inputs = tuple(a[t] if r in (LIST, PER_TENSOR) else a for a, r in zip(call.arguments, call.roles))
+            out = None if call.outs is None else (call.outs[0][t] if len(call.outs) == 1 else
+                                                  tuple(o[t] for o in call.outs))
+            got = run(self.cache.pipeline, self.cache, inputs, out, scalars=named)
+            for k, field in enumerate(got if isinstance(got, tuple) else (got,)):
+                results[k][t] = field
+
+    def _module(self, form, call: _Call, key, per_tensor: tuple[int, ...]) -> tuple:
+        """The foreach module for a group's signature, and its output dtypes."""
+        device, dtypes = key
+        listed = [i for i in form.tensors if call.roles[i] == LIST]
+        shared = frozenset(f"in{j}" for j, i in enumerate(form.tensors) if call.roles[i] == SHARED)
+        shared_dtypes = tuple(call.arguments[i].dtype for i in form.tensors if call.roles[i] == SHARED)
+        signature = (form.ir, device, dtypes[:len(listed)], shared, per_tensor, shared_dtypes)
+        found = self.modules.get(signature)
+        if found is None:
+            for dtype in dtypes + shared_dtypes:
+                if dtype not in SUPPORTED_DTYPES:
+                    raise DTypeError(f"a tensor of dtype {str(dtype)[6:]}: foreach takes "
+                                     f"{', '.join(str(d)[6:] for d in SUPPORTED_DTYPES)}", caller_location())
+            for i in form.tensors:
+                if call.roles[i] == SHARED and call.arguments[i].device != device:
+                    raise DeviceError(f"argument {i} is on {call.arguments[i].device} but the lists' tensors on "
+                                      f"{device}; move it there", caller_location())
+            dtype_of = dict(zip(listed, dtypes))
+            reps = tuple(torch.empty(2, dtype=dtype_of[i], device=device) if call.roles[i] == LIST else
+                         torch.empty((), dtype=call.arguments[i].dtype, device=device) for i in form.tensors)
+            with SERIAL:
+                plan = compiler.lower(form.ir, reps, until="fuse").plan
+                source = emit_module(plan, ForeachKernel(plan, shared, per_tensor))
+                module = load_module(source, interpret=device.type == "cpu")
+            found = self.modules[signature] = (module, tuple(s.dtype for s in plan.outputs))
+        return found
+
+    def _prepared(self, module, lists: list[list], values: list, keep: bool):
+        """The module's launch over ``lists`` (its table), kept per set of tensors when ``keep`` (the outputs are
+        the caller's, so the same next time)."""
+        key = (id(module), tuple((t.data_ptr(), t.numel()) for ts in lists for t in ts),
+               tuple(tuple(v) for v in values))
+        prepared = self.prepared.get(key) if keep else None
+        if prepared is None:
+            if keep:
+                _check_no_crossing(lists)
+            prepared = module.prepare(lists, values)
+            if keep:
+                self.prepared[key] = prepared
+        return prepared
+
+
+def _check_outs(outs: list[list], dtypes: tuple, lists: list[list], shared: list) -> None:
+    """``out=``'s tensors at each position: the result's dtype and shape, each written in place over an input
+    it is exactly or sharing no memory with one (AliasError)."""
+    for k, (tensors, dtype) in enumerate(zip(outs, dtypes)):
+        for j, o in enumerate(tensors):
+            if o.dtype != dtype:
+                raise DTypeError(f"out[{k}][{j}] has dtype {str(o.dtype)[6:]} but the result's is {str(dtype)[6:]}",
+                                 caller_location())
+            if o.shape != lists[0][j].shape:
+                raise ShapeError(f"out[{k}][{j}] has shape {tuple(o.shape)} but the inputs there {tuple(lists[0][j].shape)}",
+                                 caller_location())
+            for i, ts in enumerate(lists):
+                if overlap(o, ts[j]) and not same_elements(o, ts[j]):
+                    raise AliasError(f"out[{k}][{j}] and the tensor of input list {i} there overlap but are not the "
+                                     "same elements; write in place over the input itself, or into memory of its own",
+                                     caller_location())
+            for s in shared:
+                if overlap(o, s):
+                    raise AliasError(f"out[{k}][{j}] overlaps a tensor given once for every position, which every "
+                                     "program reads; pass that value in memory of its own", caller_location())
+
+
+def _check_no_crossing(lists: list[list]) -> None:
+    """No tensor of one position overlaps a tensor of another (each program reads and writes one position's
+    tensors, so writing over another's could race with its reads): AliasError otherwise. The spans are sorted,
+    so a flat buffer's views (neighbours, not overlapping) pass in O(n log n)."""
+    spans = sorted((*byte_range(t), j) for ts in lists for j, t in enumerate(ts) if t.numel())
+    end, owner = None, None
+    for start, stop, j in spans:
+        if end is not None and start < end and j != owner:
+            raise AliasError(f"a tensor at position {j} overlaps one at position {owner}; foreach's positions must "
+                             "be tensors of their own memory", caller_location())
+        if end is None or stop > end:
+            end, owner = stop, j
