@@ -439,7 +439,7 @@ class Foreach:
     before anything runs.
     """
 
-    __slots__ = ("pipeline", "_runner")
+    __slots__ = ("pipeline", "_runner", "_key")
 
     def __init__(self, pipeline: Pipeline):
         if not isinstance(pipeline, Pipeline):
@@ -448,9 +448,12 @@ class Foreach:
         foreach_runtime.check_elementwise(pipeline.ir, caller_location())
         self.pipeline = pipeline
         self._runner = foreach_runtime.ForeachRunner(pipeline.ir)
+        self._key = foreach_runtime.key_function(self._runner)
 
     def __call__(self, *arguments, out=None, **named):
         given = self.pipeline._given(named) if named or self.pipeline.parameters else ()
+        if torch.compiler.is_compiling():
+            return foreach_runtime.traced_call(self._key, self._runner, arguments, out, given)
         return self._runner(arguments, out, given)
 
     def __repr__(self) -> str:

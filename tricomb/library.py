@@ -42,7 +42,7 @@ def _arguments_named(fn):
 
 
 __all__ = ["linear_recurrence", "ema", "softmax_denominators", "logsumexp", "softmax", "log_softmax", "layer_norm",
-           "rms_norm", "cross_entropy", "var", "std", "norm"]
+           "rms_norm", "cross_entropy", "var", "std", "norm", "adamw_step"]
 
 exp, log, sqrt, rsqrt, abs_, where = (BUILTINS[n] for n in ("exp", "log", "sqrt", "rsqrt", "abs", "where"))
 _INF = float("inf")
@@ -366,3 +366,33 @@ def norm(ord: float = 2.0, axis=None, keepdim: bool = False) -> api.Pipeline:  #
 
 
 mean = api.mean
+
+
+def _adamw(p, g, m, v, lr, beta1, beta2, eps, weight_decay, step):
+    """One AdamW update of one element: the parameter, its two moments (the algorithm of torch.optim.AdamW,
+    after I. Loshchilov and F. Hutter, "Decoupled Weight Decay Regularization", ICLR 2019, Algorithm 2)."""
+    m = m + (1 - beta1) * (g - m)  # torch's exp_avg.lerp_(grad, 1 - beta1)
+    v = beta2 * v + (1 - beta2) * g * g
+    step_size = lr / (1 - beta1 ** step)
+    denom = sqrt(v) / sqrt(1 - beta2 ** step) + eps
+    return p * (1 - lr * weight_decay) - step_size * m / denom, m, v
+
+
+_ADAMW = api.foreach(api.zip_with(_adamw))  # (built at import: torch.compile traces adamw_step, not its building)
+
+
+def adamw_step(params, grads, exp_avgs, exp_avg_sqs, *, lr, beta1: float = 0.9, beta2: float = 0.999,
+               eps: float = 1e-8, weight_decay: float = 1e-2, step) -> None:
+    """One AdamW step, in place over lists of tensors: ``params``, their ``grads``, and the first and second moment
+    buffers ``exp_avgs`` and ``exp_avg_sqs`` (lists of one length, the tensors of one position of one shape; any
+    float dtypes, each group of one device and dtypes one kernel launch, :func:`tricomb.foreach`).
+
+    ``step`` is the step's number, counting from 1 (torch's ``state["step"]`` after its increment); ``lr``,
+    ``beta1``, ``beta2``, ``eps`` and ``weight_decay`` are runtime scalars (a new value compiles nothing), or
+    ``lr`` a 0-d tensor on the device (a schedule that updates it without a host sync; CUDA graphs replay it).
+    The update is torch.optim.AdamW's (amsgrad and maximize off): decay ``p *= 1 - lr * weight_decay``; moments
+    ``m += (1 - beta1) * (g - m)``, ``v = beta2 * v + (1 - beta2) * g * g``; then
+    ``p -= lr / (1 - beta1 ** step) * m / (sqrt(v) / sqrt(1 - beta2 ** step) + eps)``, the bias corrections
+    computed in double precision as Python computes them. Raises what :class:`tricomb.Foreach` raises."""
+    _ADAMW(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, eps, weight_decay, step,
+                     out=(params, exp_avgs, exp_avg_sqs))

@@ -13,10 +13,13 @@ of its own), as torch's foreach ops fall back to a loop where their fast path do
 from __future__ import annotations
 
 import warnings
+import weakref
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy
 import torch
+from torch.types import Number
 
 from .. import compiler
 from ..codegen.foreach import ForeachKernel
@@ -24,6 +27,7 @@ from ..codegen.module import emit_module
 from ..errors import (AliasError, ArgumentError, ArityError, DeviceError, DTypeError, ShapeError, UnsupportedError,
                       caller_location)
 from ..lower.bind import SUPPORTED_DTYPES, byte_range, overlap, same_elements
+from ..pipeline.evaluate import evaluate_fields, runtime_values
 from ..pipeline.ir import Map, PipelineIR, ZipWith
 from ..pipeline.scalars import is_number, plain_scalar
 from ..serial import SERIAL
@@ -60,9 +64,8 @@ def _role(value, i: int) -> str:
                              "every position must be 0-d (a learning rate on the device). Pass a list of tensors, "
                              "one per position", caller_location())
         return SHARED
-    if is_number(value):
-        plain_scalar(value, f"argument {i}")
-        return SCALAR
+    if is_number(value) or isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return SCALAR  # (checked when it becomes a kernel's argument)
     if isinstance(value, (list, tuple)):
         if all(isinstance(t, torch.Tensor) for t in value):
             return LIST
@@ -259,3 +262,112 @@ def _check_no_crossing(lists: list[list]) -> None:
                              "be tensors of their own memory", caller_location())
         if end is None or stop > end:
             end, owner = stop, j
+
+
+# --- the registered operators: what torch.compile records for a foreach call -----------------------------------
+
+_CODES = {LIST: 0, SHARED: 1, SCALAR: 2, PER_TENSOR: 3}
+_ROLES = {code: role for role, code in _CODES.items()}
+# key -> runner, while its Foreach lives
+_RUNNERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def key_function(runner: ForeachRunner):
+    """A function of no argument naming ``runner`` for the operators (a digest of its pipeline's IR), entering it in
+    the table; torch.compile calls it while tracing and takes the result as a constant."""
+    from .operator import _constant_to_dynamo, _digest
+
+    @_constant_to_dynamo
+    def key() -> str:
+        name = "f" + _digest(runner.cache.pipeline)
+        _RUNNERS.setdefault(name, runner)
+        return name
+    return key
+
+
+def _flattened(call: _Call) -> tuple[list, list, list]:
+    """A call's arguments as the operators take them: the tensors, the numbers, and the layout (a role code and
+    a count per argument)."""
+    tensors, numbers, layout = [], [], []
+    for a, r in zip(call.arguments, call.roles):
+        items = list(a) if r in (LIST, PER_TENSOR) else [a]
+        (numbers if r in (SCALAR, PER_TENSOR) else tensors).extend(items)
+        layout += [_CODES[r], len(items)]
+    return tensors, numbers, layout
+
+
+def _unflattened(tensors: list, numbers: list, layout: list) -> tuple:
+    arguments, t, s = [], 0, 0
+    for code, count in zip(layout[::2], layout[1::2]):
+        role = _ROLES[code]
+        if role in (SCALAR, PER_TENSOR):
+            items, s = list(numbers[s:s + count]), s + count
+        else:
+            items, t = list(tensors[t:t + count]), t + count
+        arguments.append(items if role in (LIST, PER_TENSOR) else items[0])
+    return tuple(arguments)
+
+
+def traced_call(key, runner: ForeachRunner, arguments: tuple, out, named: tuple):
+    """The call torch.compile records: ``tricomb::foreach`` (new results) or ``tricomb::foreach_`` (into ``out``)."""
+    call = classify(arguments, out, runner.cache.pipeline.num_inputs, runner.cache.pipeline.width)
+    tensors, numbers, layout = _flattened(call)
+    if out is None:
+        flat = torch.ops.tricomb.foreach(key(), tensors, [*named, *numbers], [len(named), *layout])
+        width = runner.cache.pipeline.width
+        fields = [list(flat[k * call.n:(k + 1) * call.n]) for k in range(width)]
+        return fields[0] if width == 1 else tuple(fields)
+    torch.ops.tricomb.foreach_(key(), tensors, [*named, *numbers], [len(named), *layout],
+                               [t for o in call.outs for t in o])
+    return out
+
+
+def _call_from(key: str, tensors, numbers, layout):
+    runner = _RUNNERS.get(key)
+    if runner is None:
+        raise KeyError(f"tricomb::foreach: no foreach {key!r} in this process (keep the tc.foreach alive while its "
+                       "graphs run)")
+    named = len(layout) and layout[0]
+    return runner, _unflattened(tensors, numbers[named:], layout[1:]), tuple(numbers[:named])
+
+
+@torch.library.custom_op("tricomb::foreach", mutates_args=())
+def _foreach(key: str, tensors: list[torch.Tensor], numbers: Sequence[Number], layout: list[int]) -> list[torch.Tensor]:
+    runner, arguments, named = _call_from(key, tensors, numbers, layout)
+    result = runner(arguments, None, named)
+    return [t for field in (result if isinstance(result, tuple) else (result,)) for t in field]
+
+
+@_foreach.register_fake
+def _foreach_fake(key, tensors, numbers, layout):
+    runner, arguments, named = _call_from(key, tensors, numbers, layout)
+    call = classify(arguments, None, runner.cache.pipeline.num_inputs, runner.cache.pipeline.width)
+    fields = [[] for _ in range(runner.cache.pipeline.width)]
+    for t in range(call.n):
+        position = [a[t] if r == LIST else a if r == SHARED else
+                    plain_scalar(a[t] if r == PER_TENSOR else a, "a number")
+                    for a, r in zip(call.arguments, call.roles)]
+        metas = [torch.empty_like(x, device="meta") if isinstance(x, torch.Tensor) else x for x in position]
+        form = runner.cache.form(tuple(position))
+        tensors_at, values = form.split(tuple(metas), named)
+        with runtime_values(values):
+            results = evaluate_fields(form.ir, list(tensors_at))
+        for k, r in enumerate(results):
+            fields[k].append(torch.empty(r.shape, dtype=r.dtype, device=position[0].device
+                                         if isinstance(position[0], torch.Tensor) else tensors[0].device))
+    return [t for field in fields for t in field]
+
+
+@torch.library.custom_op("tricomb::foreach_", mutates_args=("outs",))
+def _foreach_into(key: str, tensors: list[torch.Tensor], numbers: Sequence[Number], layout: list[int],
+                  outs: list[torch.Tensor]) -> None:
+    runner, arguments, named = _call_from(key, tensors, numbers, layout)
+    width = runner.cache.pipeline.width
+    n = len(outs) // width
+    fields = [list(outs[k * n:(k + 1) * n]) for k in range(width)]
+    runner(arguments, fields[0] if width == 1 else tuple(fields), named)
+
+
+@_foreach_into.register_fake
+def _foreach_into_fake(key, tensors, numbers, layout, outs):
+    return None
