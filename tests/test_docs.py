@@ -19,7 +19,7 @@ def test_dsl_reference_covers_the_grammar():
     shorthands = re.search(r"SHORTHAND\.2: /\((.*)\)\\b/", grammar).group(1).split("|")
     library = re.search(r"LIBRARY\.2: /\((.*)\)\\b/", grammar).group(1).split("|")
     keywords = re.findall(r"^_[A-Z_]+\.2: /(\w+)\\b/", grammar, flags=re.M)
-    assert keywords == ["map", "zip_with", "reduce", "scan", "attach"]
+    assert keywords == ["map", "zip_with", "reduce", "scan", "attach", "param"]
     for word in shorthands + library + keywords:
         assert re.search(rf"\b{word}\b", reference), f"docs/dsl.md does not mention {word!r}"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import builtins
 import functools
 import numbers
+import sys
 
 import torch
 
@@ -86,14 +87,15 @@ class Pipeline:
     returns a tensor with torch's dtype and shape for the same computation. Compose with ``>>``.
     """
 
-    __slots__ = ("ir", "parameters", "_cache", "_named", "_key")
+    __slots__ = ("ir", "parameters", "_cache", "_named", "_key", "_form_key")
 
     def __init__(self, ir: PipelineIR, parameters: tuple[Parameter, ...] = ()):
         self.ir = verify(ir)
         self.parameters = parameters  # the runtime scalars it names, by index (a parsed param, a number in env)
-        self._cache = launch.PipelineCache(self.ir)
+        self._cache = launch.PipelineCache(self.ir, len(parameters))
         self._named = _named_result(self.ir)
         self._key = operator.key_function(self.ir, self._cache)
+        self._form_key = operator.form_key_function(self._cache)
 
     def with_parameters(self, parameters: tuple[Parameter, ...]) -> "Pipeline":
         """This pipeline, naming the runtime scalars ``parameters`` (which its IR reads by index)."""
@@ -131,6 +133,10 @@ class Pipeline:
         """The values of the runtime scalars the pipeline names, from a call's keywords (else their defaults).
         Raises ArgumentError for a keyword naming none of them and for one given no value."""
         unknown = [k for k in named if k not in {p.name for p in self.parameters}]
+        if unknown and not self.parameters:
+            raise ArgumentError(f"a pipeline takes its inputs by position, not as {', '.join(k + '=' for k in unknown)}"
+                                "; call pipe(x, y) (out= is the one keyword; a parsed pipeline's param names are "
+                                "keywords too)", caller_location())
         if unknown:
             names = ", ".join(p.name + "=" for p in self.parameters)
             raise ArgumentError(f"{unknown[0]}= names no runtime scalar of this pipeline ("
@@ -151,7 +157,7 @@ class Pipeline:
     def _through_operator(self, inputs: tuple, out, given: tuple = ()):
         """The call path for inputs that need a graph (grad, or a tracer's): the torch operator."""
         key, tensors, scalars = self._operator_call(inputs, given)
-        return operator.call(key, tensors, out, scalars)
+        return operator.call(key, tensors, out, tuple(plain_scalar(v, "a runtime scalar") for v in scalars))
 
     def _operator_call(self, inputs: tuple, given: tuple = ()) -> tuple:
         """The operator's key for a call on ``inputs``, its tensors and its runtime scalars (``given``, the named
@@ -159,23 +165,17 @@ class Pipeline:
         scalars (:class:`~tricomb.runtime.launch.ScalarForm`)."""
         if builtins.all(isinstance(t, torch.Tensor) for t in inputs):
             return self._key, inputs, given
-        form = self._form(inputs)
-        tensors, scalars = form.split(inputs, given)
-        return form.key, tensors, tuple(plain_scalar(v, "a runtime scalar") for v in scalars)
-
-    def _form(self, inputs: tuple):
-        """The pipeline reading the numbers among ``inputs`` as runtime scalars, with its operator key."""
-        form = self._cache.form(inputs)
-        if form.key is None:
-            form.key = operator.key_function(form.ir, form.cache)
-        return form
+        kinds = tuple(None if isinstance(t, torch.Tensor) else _kind_traced(t, i) for i, t in enumerate(inputs))
+        key = self._form_key(kinds)
+        tensors = tuple(t for t in inputs if isinstance(t, torch.Tensor))
+        return lambda: key, tensors, (*given, *(t for t in inputs if not isinstance(t, torch.Tensor)))
 
     def _for_inputs(self, inputs: tuple) -> tuple[PipelineIR, tuple]:
         """The pipeline and tensors that inputs like ``inputs`` run (numbers among them read as runtime
         scalars), for :meth:`source` and :meth:`explain`."""
         if builtins.all(isinstance(t, torch.Tensor) for t in inputs):
             return self.ir, inputs
-        form = self._form(inputs)
+        form = self._cache.form(inputs)
         return form.ir, form.split(inputs)[0]
 
     @_nesting_refused
@@ -233,6 +233,20 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"<tricomb pipeline: {self}>"
+
+
+def _kind_traced(value, at: int) -> str:
+    """The kind of runtime scalar a number among a call's inputs is, as a name: what a tracer holds as a constant
+    (under torch.compile a number may be a SymInt or SymFloat). Raises DTypeError for what is no number."""
+    np = sys.modules.get("numpy")
+    if isinstance(value, (bool, torch.SymBool)) or np is not None and isinstance(value, np.bool_):
+        return "bool"
+    if isinstance(value, (int, torch.SymInt)) or np is not None and isinstance(value, np.integer):
+        return "int"
+    if isinstance(value, (float, torch.SymFloat)) or np is not None and isinstance(value, np.floating):
+        return "float"
+    raise DTypeError(f"input {at} is a {type(value).__name__}, neither a torch.Tensor nor a number (a bool, int or "
+                     "float: a runtime scalar); pass a tensor (torch.as_tensor(...)) or a number", caller_location())
 
 
 def _chosen(plan: KernelPlan, inputs: tuple) -> list[str]:
@@ -447,7 +461,7 @@ class Foreach:
                                 f"{type(pipeline).__name__}", caller_location())
         foreach_runtime.check_elementwise(pipeline.ir, caller_location())
         self.pipeline = pipeline
-        self._runner = foreach_runtime.ForeachRunner(pipeline.ir)
+        self._runner = foreach_runtime.ForeachRunner(pipeline.ir, len(pipeline.parameters))
         self._key = foreach_runtime.key_function(self._runner)
 
     def __call__(self, *arguments, out=None, **named):

@@ -109,8 +109,8 @@ class ForeachRunner:
     """What a ``tc.foreach`` keeps between calls: the pipeline's forms (:class:`~.launch.PipelineCache`), the
     modules per group signature, and the prepared launches (their tables) per set of tensors."""
 
-    def __init__(self, pipeline: PipelineIR):
-        self.cache = PipelineCache(pipeline)
+    def __init__(self, pipeline: PipelineIR, named: int = 0):
+        self.cache = PipelineCache(pipeline, named)
         self.modules: LRU = LRU(64)
         self.prepared: LRU = LRU(16)
 

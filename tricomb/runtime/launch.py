@@ -24,7 +24,7 @@ from ..lower.bind import Binding, check_arity
 from ..lower.fuse import KernelPlan
 from ..errors import ArgumentError, DTypeError, UnsupportedError, caller_location, too_deeply_nested
 from ..pipeline.ir import PipelineIR, stage_functions
-from ..pipeline.scalars import is_number, plain_scalar, used_scalars, with_runtime_scalars
+from ..pipeline.scalars import KIND_NAMES, is_number, plain_scalar, used_scalars, with_runtime_scalars
 from ..pipeline.verify import verify
 from ..scalar.inline import globals_key
 from ..scalar.ir import jit_functions
@@ -149,10 +149,11 @@ class PipelineCache:
     recursively through the functions they call): a changed global gets a new kernel, as in Triton (whose
     interpreter reads globals at each call), and the entries for earlier values are dropped."""
 
-    __slots__ = ("pipeline", "jit_refs", "reads_scalars", "layouts", "forms", "_globals")
+    __slots__ = ("pipeline", "named", "jit_refs", "reads_scalars", "layouts", "forms", "_globals")
 
-    def __init__(self, pipeline: PipelineIR):
+    def __init__(self, pipeline: PipelineIR, named: int = 0):
         self.pipeline = pipeline
+        self.named = named  # the runtime scalars the pipeline names (by index), before the numbers among its inputs
         self.reads_scalars = bool(used_scalars(pipeline))
         self.jit_refs = tuple(dict.fromkeys(r for fn in pipeline.functions for r in jit_functions(fn)))
         self.layouts: LRU = LRU(64)
@@ -163,11 +164,15 @@ class PipelineCache:
         """The pipeline taking the numbers among ``inputs`` as runtime scalars (:class:`ScalarForm`), kept by
         their kinds: a new value, or a new number of a known kind, finds it."""
         check_arity(self.pipeline, inputs)
-        kinds = tuple(None if isinstance(t, torch.Tensor) else _kind(t, i) for i, t in enumerate(inputs))
+        return self.form_for(tuple(None if isinstance(t, torch.Tensor) else _kind(t, i) for i, t in enumerate(inputs)))
+
+    def form_for(self, kinds: tuple[str | None, ...]) -> "ScalarForm":
+        """:meth:`form` for inputs of ``kinds`` (None for a tensor, else the name of a number's kind), numbered
+        after the ``named`` runtime scalars."""
         found = self.forms.get(kinds)
         if found is None:
-            named = len(used_scalars(self.pipeline))
-            ir = verify(with_runtime_scalars(self.pipeline, kinds, first=named))
+            types = tuple(None if k is None else KIND_NAMES[k] for k in kinds)
+            ir = verify(with_runtime_scalars(self.pipeline, types, first=self.named))
             found = self.forms[kinds] = ScalarForm(ir, PipelineCache(ir), tuple(i for i, k in enumerate(kinds) if k is None),
                                                    tuple(i for i, k in enumerate(kinds) if k is not None))
         return found
@@ -199,13 +204,13 @@ class ScalarForm:
         return tuple(inputs[i] for i in self.tensors), (*named, *(inputs[i] for i in self.numbers))
 
 
-def _kind(value, at: int) -> type:
+def _kind(value, at: int) -> str:
     """The kind of runtime scalar the number ``value``, input ``at``, is read as. Raises DTypeError for what is
     not a number, ArgumentError for a number no runtime scalar holds (:func:`plain_scalar`)."""
     if not is_number(value):
         raise DTypeError(f"input {at} is a {type(value).__name__}, neither a torch.Tensor nor a number (a bool, int or "
                          "float: a runtime scalar); pass a tensor (torch.as_tensor(...)) or a number", caller_location())
-    return type(plain_scalar(value, f"input {at}"))
+    return type(plain_scalar(value, f"input {at}")).__name__
 
 
 def _with_numbers(form: ScalarForm, prepared):

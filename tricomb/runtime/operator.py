@@ -106,6 +106,20 @@ def key_function(ir: PipelineIR, cache: launch.PipelineCache | None = None):
     return key
 
 
+def form_key_function(cache: launch.PipelineCache):
+    """A function of a call's input kinds (None for a tensor, else a number kind's name) returning the operator's
+    name for the pipeline of ``cache`` reading those numbers as runtime scalars (its
+    :meth:`~tricomb.runtime.launch.PipelineCache.form_for`), entering it in the table; torch.compile calls it
+    while tracing and takes the result as a constant."""
+    @_constant_to_dynamo
+    def key(kinds: tuple) -> str:
+        form = cache.form_for(kinds)
+        if form.key is None:
+            form.key = key_function(form.ir, form.cache)
+        return form.key()
+    return key
+
+
 def op_key(pipe) -> str:
     """The operator's name for the pipeline ``pipe``, for calling ``torch.ops.tricomb.pipeline`` yourself
     (``torch.library.opcheck``); the pipeline holds its entry."""

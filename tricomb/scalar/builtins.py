@@ -123,6 +123,9 @@ def _where(condition, a, b):
     return torch.where(condition if isinstance(condition, torch.Tensor) else torch.tensor(condition), a, b)
 
 
+_where.__name__ = "where"  # (the op table names torch's function it stands for)
+
+
 def _all_ones(x: torch.Tensor) -> torch.Tensor:
     return ~torch.zeros_like(x)
 
