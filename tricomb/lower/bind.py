@@ -380,8 +380,7 @@ def _bind(pipeline: PipelineIR, tensors: tuple, out) -> tuple[Binding, tuple[Fie
     if over_rows is not None:
         final, result = over_rows, _check_rows_axes(over_rows, result)
     _check_field_shapes(pipeline, fields, result, final, attached)
-    lagged = any(isinstance(s, ZipWith) and s.lags for s in pipeline.stages)
-    outs = check_out(out, fields, tensors, in_place=not lagged) if out is not None else \
+    outs = check_out(out, fields, tensors, in_place=_in_place_refused(pipeline)) if out is not None else \
         [torch.empty_strided(f.shape, f.stride, dtype=f.dtype, device="meta") for f in fields]
     strides = [iteration_strides(t, shape, a, then if lt else stage, axes) for t, a, lt in zip(tensors, after, late)]
     strides += [(0,) * len(shape) if over_rows is not None else iteration_strides(o, shape, True, final, axes)
@@ -551,16 +550,27 @@ def _check_field_shapes(pipeline: PipelineIR, fields: tuple[Field, ...], stream:
                                    "it from a separate pipeline", pipeline.stages[-1].location)
 
 
-def check_out(out, fields: tuple[Field, ...], tensors: tuple, in_place: bool = True) -> list[torch.Tensor]:
+def _in_place_refused(pipeline: PipelineIR) -> str | None:
+    """Why ``out=`` may not be an input of ``pipeline`` (None: it may). Each program writes the positions of the
+    output it owns (a tile, a row, a segment of a long row) and reads an input holding the same elements only at
+    those positions, each before its own store (a second sweep over a row, in an attach, again before the store),
+    so a result may be written over its input; except where a position's result is stored at another position
+    than the one read: an exclusive scan stores each tile's results one place along, over the next tile's first
+    element before that tile is read, and a lag (a derived pipeline's) reads a place back."""
+    for stage in pipeline.stages:
+        if isinstance(stage, Scan) and stage.exclusive:
+            return ("its exclusive scan stores each result one place along the axis from the element it reads, "
+                    "over an element not yet read")
+        if isinstance(stage, ZipWith) and stage.lags:
+            return "it reads an input at another place along the scanned axis than the one it writes"
+    return None
+
+
+def check_out(out, fields: tuple[Field, ...], tensors: tuple, in_place: str | None = None) -> list[torch.Tensor]:
     """``out=`` must hold the result: a tensor of its shape, dtype and device (a tuple of them for a tuple
     result), sharing no memory with each other, and none with an input unless it is that input itself
-    (:func:`same_elements`: the result written in place, where ``in_place``). Returns the tensors, one per field.
-
-    Writing in place is safe in every plan tricomb builds: each program writes the positions of the output it
-    owns (a tile, a row, a segment of a long row) and reads an input that holds the same elements only at those
-    positions, each before its own store (a second sweep over a row, in an attach, again before the store).
-    Only a derived pipeline that reads an input at another place (a lag) breaks this; it never takes ``out=``.
-    """
+    (:func:`same_elements`: the result written in place), where the pipeline allows it (``in_place`` says why
+    not: :func:`_in_place_refused`). Returns the tensors, one per field."""
     if len(fields) > 1:
         if not isinstance(out, (tuple, list)) or len(out) != len(fields):
             raise ArgumentError(f"the result is a {len(fields)}-tuple of tensors, so out= must be a tuple of "
@@ -610,7 +620,7 @@ def same_elements(out: torch.Tensor, t: torch.Tensor) -> bool:
     return all(a == b for n, a, b in zip(out.shape, view.stride(), out.stride()) if n > 1)
 
 
-def _check_one_out(out, field: Field, tensors: tuple, name: str, in_place: bool = True) -> None:
+def _check_one_out(out, field: Field, tensors: tuple, name: str, in_place: str | None = None) -> None:
     shape, dtype = field.shape, field.dtype
     if not isinstance(out, torch.Tensor):
         raise ArgumentError(f"{name} must be a torch.Tensor, got {type(out).__name__}")
@@ -630,7 +640,11 @@ def _check_one_out(out, field: Field, tensors: tuple, name: str, in_place: bool 
                          "does not require grad")
     if out.device != tensors[0].device:
         raise DeviceError(f"{name} is on {out.device} but the inputs are on {tensors[0].device}; allocate it there")
-    shared = [i for i, t in enumerate(tensors) if overlap(out, t) and not (in_place and same_elements(out, t))]
+    exact = [i for i, t in enumerate(tensors) if overlap(out, t) and same_elements(out, t)]
+    if exact and in_place is not None:
+        raise AliasError(f"{name} is input {exact[0]} itself, but this pipeline cannot write its result in place: "
+                         f"{in_place}. Pass a tensor of its own memory")
+    shared = [i for i, t in enumerate(tensors) if overlap(out, t) and i not in exact]
     if shared:
         raise AliasError(f"{name} and input {shared[0]} span overlapping memory but are not the same elements "
                          "(tricomb compares the span from each tensor's first to its last element, so views that "

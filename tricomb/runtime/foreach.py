@@ -136,6 +136,8 @@ class ForeachRunner:
                 self._single_calls(call, positions, results, named)
             else:
                 self._run_group(form, call, key, positions, per_tensor, scalars, results)
+        if call.outs is not None:
+            return out
         return results[0] if width == 1 else tuple(results)
 
     def _groups(self, call: _Call) -> dict:
@@ -166,7 +168,7 @@ class ForeachRunner:
             outs = [[o[t] for t in positions] for o in call.outs]
             _check_outs(outs, dtypes, lists, shared)
         values = [[call.arguments[i][t] for t in positions] for _, i in per_tensor]
-        prepared = self._prepared(module, lists + outs, values, call.outs is not None)
+        prepared = self._prepared(module, lists + outs, values, call.outs is not None, len(outs))
         if lists[0][0].is_cuda:
             prepared(*shared, *scalars)
             return
@@ -213,7 +215,7 @@ class ForeachRunner:
             found = self.modules[signature] = (module, tuple(s.dtype for s in plan.outputs))
         return found
 
-    def _prepared(self, module, lists: list[list], values: list, keep: bool):
+    def _prepared(self, module, lists: list[list], values: list, keep: bool, outputs: int):
         """The module's launch over ``lists`` (its table), kept per set of tensors when ``keep`` (the outputs are
         the caller's, so the same next time)."""
         key = (id(module), tuple((t.data_ptr(), t.numel()) for ts in lists for t in ts),
@@ -221,7 +223,7 @@ class ForeachRunner:
         prepared = self.prepared.get(key) if keep else None
         if prepared is None:
             if keep:
-                _check_no_crossing(lists)
+                _check_no_crossing(lists, outputs)
             prepared = module.prepare(lists, values)
             if keep:
                 self.prepared[key] = prepared
@@ -250,18 +252,23 @@ def _check_outs(outs: list[list], dtypes: tuple, lists: list[list], shared: list
                                      "program reads; pass that value in memory of its own", caller_location())
 
 
-def _check_no_crossing(lists: list[list]) -> None:
-    """No tensor of one position overlaps a tensor of another (each program reads and writes one position's
-    tensors, so writing over another's could race with its reads): AliasError otherwise. The spans are sorted,
-    so a flat buffer's views (neighbours, not overlapping) pass in O(n log n)."""
-    spans = sorted((*byte_range(t), j) for ts in lists for j, t in enumerate(ts) if t.numel())
-    end, owner = None, None
-    for start, stop, j in spans:
-        if end is not None and start < end and j != owner:
-            raise AliasError(f"a tensor at position {j} overlaps one at position {owner}; foreach's positions must "
-                             "be tensors of their own memory", caller_location())
-        if end is None or stop > end:
-            end, owner = stop, j
+def _check_no_crossing(lists: list[list], outputs: int) -> None:
+    """No output tensor (of the last ``outputs`` lists) overlaps a tensor of another position (each program reads
+    and writes one position's tensors, so writing over another's could race with its reads): AliasError
+    otherwise. Inputs may share memory (one tensor read at two positions). The spans are swept in order of their
+    starts, keeping those still open: for tensors of their own memory, or views of one flat buffer, a few."""
+    first_output = len(lists) - outputs
+    spans = sorted((*byte_range(t), j, k >= first_output) for k, ts in enumerate(lists) for j, t in enumerate(ts)
+                   if t.numel())
+    open_spans: list = []
+    for start, stop, j, written in spans:
+        open_spans = [s for s in open_spans if s[1] > start]
+        for _, _, other, other_written in open_spans:
+            if other != j and (written or other_written):
+                raise AliasError(f"a tensor at position {j} overlaps one at position {other}, and one of them is "
+                                 "written: foreach's positions must not share memory with a result of another",
+                                 caller_location())
+        open_spans.append((start, stop, j, written))
 
 
 # --- the registered operators: what torch.compile records for a foreach call -----------------------------------

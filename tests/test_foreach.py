@@ -1,0 +1,185 @@
+"""``tc.foreach``: a pipeline of maps and zip_withs over lists of tensors equals a loop of single calls, in one
+launch per group of one device and dtypes (as torch groups a foreach op's tensors); numbers and 0-d tensors are
+shared, lists of numbers given per tensor; ``out=`` lists are written in place; the AdamW step written with it
+(``tc.library.adamw_step``) follows torch.optim.AdamW; and torch.compile records it as one operator."""
+import random
+
+import pytest
+import torch
+
+import tricomb as tc
+from tricomb.testing import count_launches
+
+STEP = tc.zip_with(lambda p, g, lr: p - lr * g)
+AXPY = tc.zip_with(lambda x, y, a: (a * x + y, x * y))
+
+
+def _sizes(count: int, seed: int) -> list[int]:
+    """Mixed sizes with empty and one-element tensors among them."""
+    rng = random.Random(seed)
+    return [rng.choice([0, 1, 2, 3, 17, 64, 100, 1000, 4099]) for _ in range(count)]
+
+
+def _tensors(sizes, device, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(n, generator=g).to(device=device, dtype=dtype) for n in sizes]
+
+
+@pytest.mark.parametrize("count", [1, 2, 17, 500])
+def test_foreach_matches_a_loop_of_single_calls_in_one_launch(count, device):
+    sizes = _sizes(count, count)
+    xs, ys = _tensors(sizes, device), _tensors(sizes, device, seed=1)
+    want = [AXPY(x, y, 0.5) for x, y in zip(xs, ys)]
+    with count_launches() as launched:
+        got = tc.foreach(AXPY)(xs, ys, 0.5)
+    assert launched.triton == 1 and launched.torch_ops == []
+    for k in range(2):
+        assert len(got[k]) == count
+        for g, w in zip(got[k], (pair[k] for pair in want)):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            torch.testing.assert_close(g, w)
+
+
+def test_one_launch_per_dtype_group(device):
+    dtypes = [torch.float32, torch.float16, torch.float32, torch.float64, torch.bfloat16, torch.float16]
+    ps = [torch.randn(n, device=device).to(d) for n, d in zip([5, 300, 1, 6, 40, 0], dtypes)]
+    gs = [torch.randn_like(p) for p in ps]
+    want = [STEP(p, g, 0.1) for p, g in zip(ps, gs)]
+    with count_launches() as launched:
+        got = tc.foreach(STEP)(ps, gs, 0.1)
+    assert launched.triton == 4  # float32, float16, float64, bfloat16
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g.float(), w.float(), rtol=1e-2 if g.dtype == torch.bfloat16 else 1e-3, atol=1e-3)
+
+
+def test_in_place_over_the_inputs(device):
+    sizes = _sizes(40, 3)
+    ps, gs = _tensors(sizes, device), _tensors(sizes, device, seed=2)
+    want = [p - 0.25 * g for p, g in zip(ps, gs)]
+    grads = [g.clone() for g in gs]
+    step = tc.foreach(STEP)
+    for _ in range(2):  # the second call reads the table the first one kept
+        before = [p.clone() for p in ps]
+        assert step(ps, gs, 0.25, out=ps) is ps
+        for p, b, g in zip(ps, before, gs):
+            torch.testing.assert_close(p, b - 0.25 * g)
+    torch.testing.assert_close(want, [p + 0.25 * g for p, g in zip(ps, gs)])
+    assert all(torch.equal(a, b) for a, b in zip(gs, grads))
+
+
+def test_scalars_shared_per_tensor_and_on_the_device(device):
+    xs = _tensors([4, 3, 0, 9], device)
+    shift = torch.tensor(1.5, device=device)
+    got = tc.foreach(tc.zip_with(lambda x, a, s: x * a + s))(xs, [2.0, 3.0, 4.0, 5.0], shift)
+    for x, a, g in zip(xs, [2.0, 3.0, 4.0, 5.0], got):
+        torch.testing.assert_close(g, x * a + 1.5)
+    counts = tc.foreach(tc.zip_with(lambda x, n: x + n))([torch.zeros(3, dtype=torch.int8, device=device)] * 2,
+                                                          [1, 300])
+    assert counts[0].dtype == torch.int8 and counts[1].tolist() == [44] * 3  # 300 wraps in int8, as torch's
+
+
+def test_named_scalars_and_a_parsed_pipeline(device):
+    step = tc.foreach(tc.parse("param lr; zip_with (p, g) -> p - lr * g"))
+    ps, gs = _tensors([3, 5], device), _tensors([3, 5], device, seed=1)
+    got = step(ps, gs, lr=0.5)
+    for p, g, r in zip(ps, gs, got):
+        torch.testing.assert_close(r, p - 0.5 * g)
+
+
+def test_strided_tensors_take_a_call_of_their_own(device):
+    a = torch.randn(6, 4, device=device)
+    xs = [a.t(), torch.randn(5, device=device)]
+    got = tc.foreach(tc.map(lambda v: v * 2.0))(xs)
+    for x, g in zip(xs, got):
+        torch.testing.assert_close(g, x * 2.0)
+
+
+def test_bad_arguments_are_refused_before_anything_runs(device):
+    ps = _tensors([3, 4], device)
+    step = tc.foreach(STEP)
+    with pytest.raises(tc.ShapeError, match="argument 1 holds 1 items but argument 0 holds 2"):
+        step(ps, ps[:1], 0.1)
+    with pytest.raises(tc.ShapeError, match="must be 0-d"):
+        step(ps, ps, torch.ones(2, device=device))
+    with pytest.raises(tc.ArgumentError, match="at least one list of tensors"):
+        tc.foreach(tc.map(tc.exp))(2.0)
+    with pytest.raises(tc.ArityError, match="foreach takes 3 arguments"):
+        step(ps, ps)
+    with pytest.raises(tc.UnsupportedError, match="stage 0 is a reduce"):
+        tc.foreach(tc.sum())
+    with pytest.raises(tc.ArgumentError, match="out must be a list of 2 tensors"):
+        step(ps, ps, 0.1, out=ps[:1])
+    kept = [p.clone() for p in ps]
+    base = torch.zeros(10, device=device)
+    with pytest.raises(tc.AliasError, match=r"out\[0\]\[0\] and the tensor of input list 0 there overlap"):
+        step([base[:4]], [base[:4]], 0.1, out=[base[1:5]])
+    with pytest.raises(tc.AliasError, match="position 1 overlaps one at position 0, and one of them is written"):
+        step([base[:4], base[4:8]], [base[5:9], base[:4]], 0.1, out=[base[:4], base[4:8]])
+    shared = torch.ones(4, device=device)
+    assert len(step([shared, shared], [shared, shared], 0.5)) == 2  # (read at two positions, written at none)
+    assert all(torch.equal(p, k) for p, k in zip(ps, kept))
+    with pytest.raises(tc.UnsupportedError, match="no autograd history"):
+        step([torch.ones(2, device=device, requires_grad=True)], [torch.ones(2, device=device)], 0.1)
+
+
+def test_adamw_step_follows_torch(device):
+    torch.manual_seed(0)
+    sizes = [5, 1, 300, 17, 0, 64, 4099]
+    params = _tensors(sizes, device)
+    reference = [p.clone().requires_grad_() for p in params]
+    exp_avgs = [torch.zeros_like(p) for p in params]
+    exp_avg_sqs = [torch.zeros_like(p) for p in params]
+    optimizer = torch.optim.AdamW(reference, lr=1e-2, betas=(0.8, 0.99), eps=1e-7, weight_decay=0.1, foreach=False)
+    for step in range(1, 11):
+        grads = [torch.randn_like(p) for p in params]
+        for r, g in zip(reference, grads):
+            r.grad = g.clone()
+        optimizer.step()
+        tc.library.adamw_step(params, grads, exp_avgs, exp_avg_sqs, lr=1e-2, beta1=0.8, beta2=0.99, eps=1e-7,
+                              weight_decay=0.1, step=step)
+    for p, r in zip(params, reference):
+        torch.testing.assert_close(p, r.detach(), rtol=1e-5, atol=1e-6)
+    for m, r in zip(exp_avgs, reference):
+        torch.testing.assert_close(m, optimizer.state[r]["exp_avg"], rtol=1e-5, atol=1e-6)
+
+
+def test_torch_compile_records_foreach_as_one_operator(device):
+    ps, gs = _tensors([5, 1, 30], device), _tensors([5, 1, 30], device, seed=1)
+    step = tc.foreach(STEP)
+    new = torch.compile(lambda p, g, lr: step(p, g, lr), backend="aot_eager", fullgraph=True)(ps, gs, 0.5)
+    for p, g, r in zip(ps, gs, new):
+        torch.testing.assert_close(r, p - 0.5 * g)
+    want = [p - 0.5 * g for p, g in zip(ps, gs)]
+    torch.compile(lambda p, g, lr: step(p, g, lr, out=p), backend="aot_eager", fullgraph=True)(ps, gs, 0.5)
+    torch.testing.assert_close(ps, want)
+    moments = [torch.zeros_like(p) for p in ps]
+
+    def adamw(p, g, m, v, lr, step):
+        tc.library.adamw_step(p, g, m, v, lr=lr, step=step)
+    compiled = torch.compile(adamw, backend="aot_eager", fullgraph=True)
+    squares = [torch.zeros_like(p) for p in ps]
+    compiled(ps, gs, moments, squares, 1e-3, 1)
+    assert all(torch.isfinite(p).all() for p in ps)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_a_cuda_graph_replays_foreach():
+    ps = _tensors([100, 3, 5000], "cuda")
+    gs = _tensors([100, 3, 5000], "cuda", seed=1)
+    lr = torch.tensor(0.5, device="cuda")  # on the device: a new value without recapturing
+    step = tc.foreach(STEP)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step(ps, gs, lr, out=ps)  # warm up: compile, and keep the table
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(ps, gs, lr, out=ps)
+    before = [p.clone() for p in ps]
+    lr.fill_(0.25)
+    graph.replay()
+    torch.cuda.synchronize()
+    for p, b, g in zip(ps, before, gs):
+        torch.testing.assert_close(p, b - 0.25 * g)
