@@ -138,7 +138,8 @@ def emit_foreach_host(w: Writer, strategy: ForeachKernel, kernel: str) -> None:
                'numbers per runtime scalar given a value a tensor. Returns ``run(*shared, *scalars)``: the tensors '
                'given once for all and every runtime scalar, by index (those given per tensor are read from the '
                'table and ignored there)."""')
-        w.line(f"table, n, grid, cfg = _foreach_table(lists, per_tensor, ({per_tensor}{',' if per_tensor else ''}))")
+        w.line(f"table, n, grid, cfg = _foreach_table(lists, per_tensor, ({per_tensor}{',' if per_tensor else ''}), "
+               "schedule_foreach)")
         with w.block(f"def run({', '.join(shared + ['*scalars'])}):"):
             with w.block("if grid:"):
                 args = ", ".join(["table", *shared, *words, "n"])

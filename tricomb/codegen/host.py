@@ -252,16 +252,17 @@ def _scalar_words(value, kind):
     return hi, lo
 
 
-def _foreach_table(lists, per_tensor, kinds):
+def _foreach_table(lists, per_tensor, kinds, schedule):
     """A foreach launch's device table (see ``tricomb.codegen.foreach``) over ``lists`` (one list of tensors per
     slot) and ``per_tensor`` (one list of numbers per runtime scalar given per tensor, of ``kinds``: pairs of its
-    index and kind), the number of tensors, the grid, and the schedule (``BLOCK``, ``num_warps``, ``STEPS``:
-    the binary search's halvings, ``WIDE``: whether an index may pass 2**31 - 1)."""
+    index and kind), the number of tensors, the grid, and the schedule: ``schedule(largest, total, interpret)``'s
+    (``BLOCK``, ``num_warps``) with ``STEPS``, the binary search's halvings, and ``WIDE``, whether an index may
+    pass 2**31 - 1."""
     first = lists[0]
     n = len(first)
     numels = [t.numel() for t in first]
     largest = max(numels, default=0)
-    cfg = schedule_foreach(largest, sum(numels), not first[0].is_cuda if n else True)
+    cfg = schedule(largest, sum(numels), not first[0].is_cuda if n else True)
     block = cfg["BLOCK"]
     starts = [0]
     for numel in numels:
