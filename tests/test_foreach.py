@@ -11,6 +11,7 @@ import tricomb as tc
 from tricomb.testing import count_launches
 
 STEP = tc.zip_with(lambda p, g, lr: p - lr * g)
+_TABLE_COPIES = {"_to_copy", "copy_"}  # the launch's tables, made on the host, copied to the device
 AXPY = tc.zip_with(lambda x, y, a: (a * x + y, x * y))
 
 
@@ -32,7 +33,7 @@ def test_foreach_matches_a_loop_of_single_calls_in_one_launch(count, device):
     want = [AXPY(x, y, 0.5) for x, y in zip(xs, ys)]
     with count_launches() as launched:
         got = tc.foreach(AXPY)(xs, ys, 0.5)
-    assert launched.triton == 1 and launched.torch_ops == []
+    assert launched.triton == 1 and set(launched.torch_ops) <= _TABLE_COPIES
     for k in range(2):
         assert len(got[k]) == count
         for g, w in zip(got[k], (pair[k] for pair in want)):

@@ -43,10 +43,11 @@ class _Compilations:
         monkeypatch.setattr(knobs, "jit_post_compile_hook", hook)
 
 
+# (each its own kernel: the three forms of one pipeline would share one, which another test may have compiled)
 _FORMS = {
-    "python": lambda: (tc.zip_with(lambda x, s: x * s + 1.0) >> tc.sum(axis=-1), lambda pipe, x, v: pipe(x, v)),
-    "param": lambda: (tc.parse("param s; map x -> x * s + 1.0 | sum(axis=-1)"), lambda pipe, x, v: pipe(x, s=v)),
-    "env": lambda: (None, lambda _, x, v: tc.parse("map x -> x * s + 1.0 | sum(axis=-1)", env={"s": v})(x)),
+    "python": (1.0, lambda: (tc.zip_with(lambda x, s: x * s + 1.0) >> tc.sum(axis=-1), lambda pipe, x, v: pipe(x, v))),
+    "param": (2.0, lambda: (tc.parse("param s; map x -> x * s + 2.0 | sum(axis=-1)"), lambda pipe, x, v: pipe(x, s=v))),
+    "env": (3.0, lambda: (None, lambda _, x, v: tc.parse("map x -> x * s + 3.0 | sum(axis=-1)", env={"s": v})(x))),
 }
 
 
@@ -54,12 +55,13 @@ _FORMS = {
 def test_a_hundred_values_emit_one_module_and_compile_once(monkeypatch, device, form):
     emitted = _Count(monkeypatch, compiler, "emit_module")
     compiled = _Compilations(monkeypatch) if device == "cuda" else None
-    pipe, call = _FORMS[form]()
-    x = torch.randn(6, 50, device=device)
+    shift, make = _FORMS[form]
+    pipe, call = make()
+    x = torch.randn(6, 50 + int(shift), device=device)
     for k in range(100):
         value = 0.37 * k - 11.0
         got = call(pipe, x, value)
-        torch.testing.assert_close(got.cpu(), (x.cpu() * value + 1.0).sum(-1), rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(got.cpu(), (x.cpu() * value + shift).sum(-1), rtol=1e-5, atol=1e-4)
     assert emitted.count == 1
     if compiled is not None:
         assert compiled.count == 1

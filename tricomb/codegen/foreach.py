@@ -4,8 +4,10 @@ Each program takes ``BLOCK`` elements of one tensor. A table on the device, int6
 each, tells a program where its elements lie: for each list the kernel reads or writes, the address of its
 tensor ``t``; the tensors' sizes; the first program of each tensor (the running count of ``BLOCK`` chunks, the last
 entry the total, which is the grid); and, for each runtime scalar given per tensor, its value (a float's bits).
-A program finds its tensor by a binary search of the first programs (``STEPS = ceil(log2(n + 1))`` halvings),
-then loads its chunk from each list's tensor, applies the stages, and stores into the output lists' tensors.
+A second table, int32, names each program's tensor (``owners``: one load, where a binary search of the first
+programs would wait on a chain of loads as each program starts). A program loads its chunk from each list's
+tensor (unmasked when the chunk lies whole inside it), applies the stages, and stores into the output lists'
+tensors.
 
 The table depends only on the tensors' addresses and sizes, so the caller keeps it between calls on the same
 tensors (an optimizer's parameters, step after step): a call then launches with nothing copied to the device,
@@ -60,7 +62,7 @@ class ForeachKernel(KernelStrategy):
 
     def parameters(self) -> tuple[Param, ...]:
         shared = [given(s.name) for s in self.plan.inputs if s.name in self.shared]
-        return (given(_ROWS), *shared, *(given(w) for w in self.words()), given("n"), meta("BLOCK"), meta("STEPS"),
+        return (given(_ROWS), given("owners"), *shared, *(given(w) for w in self.words()), given("n"), meta("BLOCK"),
                 meta("WIDE"))
 
     def runtime_reads(self) -> dict[int, str]:
@@ -76,28 +78,27 @@ class ForeachKernel(KernelStrategy):
         p = self.plan
         sizes, starts = len(self.listed), len(self.listed) + 1
         w.line("pid = tl.program_id(0)")
-        w.comment("the tensor this program's chunk belongs to: the last whose first program is at most pid")
-        w.line("lo = 0")
-        w.line("hi = n")
-        with w.block("for _ in tl.static_range(STEPS):"):
-            w.line("mid = (lo + hi) // 2")
-            w.line(f"right = {self._row(starts, 'mid')} <= pid")
-            w.line("lo = tl.where(right, mid, lo)")
-            w.line("hi = tl.where(right, hi, mid)")
-        w.line("t = lo")
+        w.line("t = tl.load(owners + pid)", comment="the tensor this program's chunk belongs to")
         w.line(f"chunk = pid - {self._row(starts, 't')}")
         with w.block("if WIDE:"):
             w.comment("a tensor of 2**31 elements or more: index in int64")
             w.line("chunk = chunk.to(tl.int64)")
         w.line("idx = chunk * BLOCK + tl.arange(0, BLOCK)")
-        w.line(f"mask = idx < {self._row(sizes, 't')}")
+        w.line(f"numel = {self._row(sizes, 't')}")
+        w.line("mask = idx < numel")
         values = {}
         for row, slot in enumerate(self.listed):
             w.line(f"{slot.name} = {self._row(row, 't')}.to(tl.pointer_type({_pointee(slot)}))")
+        listed = [s for s in p.inputs if s.name not in self.shared]
+        with w.block("if (chunk + 1) * BLOCK <= numel:"):
+            w.comment("a whole chunk: no mask, so every load is issued before any use (bench/NOTES.md, P4)")
+            w.lines([f"raw_{s.name} = tl.load({s.name} + idx)" for s in listed])
+        with w.block("else:"):
+            w.lines([f"raw_{s.name} = tl.load({s.name} + idx, mask=mask, other=0)" for s in listed])
         for slot in p.inputs:
             var = f"x_{slot.name}"
-            where = ("0", "True") if slot.name in self.shared else ("idx", "mask")
-            w.line(f"{var} = {_loaded(ctx, slot, f'tl.load({slot.name} + {where[0]}, mask={where[1]}, other=0)')}")
+            raw = f"tl.load({slot.name})" if slot.name in self.shared else f"raw_{slot.name}"
+            w.line(f"{var} = {_loaded(ctx, slot, raw)}")
             values[slot.name] = Value(var, slot.dtype, slot.name in self.shared)
         elementwise = next(s for s in p.segments if isinstance(s, Elementwise))
         result = emit_stages(w, ctx, p, elementwise, first_stream(p, values), values, "[BLOCK]")
@@ -138,14 +139,14 @@ def emit_foreach_host(w: Writer, strategy: ForeachKernel, kernel: str) -> None:
                'numbers per runtime scalar given a value a tensor. Returns ``run(*shared, *scalars)``: the tensors '
                'given once for all and every runtime scalar, by index (those given per tensor are read from the '
                'table and ignored there)."""')
-        w.line(f"table, n, grid, cfg = _foreach_table(lists, per_tensor, ({per_tensor}{',' if per_tensor else ''}), "
+        w.line(f"table, owners, cfg = _foreach_table(lists, per_tensor, ({per_tensor}{',' if per_tensor else ''}), "
                "schedule_foreach)")
+        w.line("n, grid = len(lists[0]), owners.numel()")
         with w.block(f"def run({', '.join(shared + ['*scalars'])}):"):
             with w.block("if grid:"):
-                args = ", ".join(["table", *shared, *words, "n"])
-                w.line(f"{kernel}[(grid,)]({args}, BLOCK=cfg['BLOCK'], STEPS=cfg['STEPS'], WIDE=cfg['WIDE'], "
-                       "num_warps=cfg['num_warps'])")
-        w.line("run.table = table", comment="the device table the launches read, kept alive with them")
+                args = ", ".join(["table", "owners", *shared, *words, "n"])
+                w.line(f"{kernel}[(grid,)]({args}, BLOCK=cfg['BLOCK'], WIDE=cfg['WIDE'], num_warps=cfg['num_warps'])")
+        w.line("run.tables = table, owners", comment="the device tables the launches read, kept alive with them")
         w.line("return run")
     w.line()
     w.line()

@@ -253,28 +253,29 @@ def _scalar_words(value, kind):
 
 
 def _foreach_table(lists, per_tensor, kinds, schedule):
-    """A foreach launch's device table (see ``tricomb.codegen.foreach``) over ``lists`` (one list of tensors per
+    """A foreach launch's device tables (see ``tricomb.codegen.foreach``) over ``lists`` (one list of tensors per
     slot) and ``per_tensor`` (one list of numbers per runtime scalar given per tensor, of ``kinds``: pairs of its
-    index and kind), the number of tensors, the grid, and the schedule: ``schedule(largest, total, interpret)``'s
-    (``BLOCK``, ``num_warps``) with ``STEPS``, the binary search's halvings, and ``WIDE``, whether an index may
-    pass 2**31 - 1."""
+    index and kind): the int64 table, the int32 owner of each program (its length is the grid), and the
+    schedule: ``schedule(largest, total, interpret)``'s (``BLOCK``, ``num_warps``) with ``WIDE``, whether an
+    index may pass 2**31 - 1."""
     first = lists[0]
-    n = len(first)
     numels = [t.numel() for t in first]
     largest = max(numels, default=0)
-    cfg = schedule(largest, sum(numels), not first[0].is_cuda if n else True)
+    cfg = schedule(largest, sum(numels), not first[0].is_cuda if first else True)
     block = cfg["BLOCK"]
+    chunks = [-(-numel // block) for numel in numels]
     starts = [0]
-    for numel in numels:
-        starts.append(starts[-1] + -(-numel // block))
+    for count in chunks:
+        starts.append(starts[-1] + count)
     rows = [[t.data_ptr() for t in tensors] + [0] for tensors in lists] + [numels + [0], starts]
     for values, (_, kind) in zip(per_tensor, kinds):
         rows.append([_scalar_bits(v, kind) for v in values] + [0])
     table = torch.tensor(rows, dtype=torch.int64)
-    if n and first[0].is_cuda:
-        table = table.to(first[0].device)
-    cfg.update(STEPS=max(1, n.bit_length()), WIDE=largest + block > 2**31 - 1)
-    return table, n, starts[-1], cfg
+    owners = torch.tensor([t for t, count in enumerate(chunks) for _ in range(count)], dtype=torch.int32)
+    if first and first[0].is_cuda:
+        table, owners = table.to(first[0].device), owners.to(first[0].device)
+    cfg.update(WIDE=largest + block > 2**31 - 1)
+    return table, owners, cfg
 
 
 def _scalar_bits(value, kind):

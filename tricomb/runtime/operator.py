@@ -161,7 +161,8 @@ def _pipeline_cuda(key: str, inputs: list[torch.Tensor], scalars: Sequence[Numbe
     ``torch.library.wrap_triton`` (``tricomb.codegen.host._Launcher``), so Inductor compiles and launches the
     kernel in its own code, allocating the results with the graph's other buffers; where that is not what works
     (:func:`_recordable`), the opaque operator, a node of the graph."""
-    if not _recordable(inputs, any(isinstance(s, Scan) for s in _entry(key).ir.stages)):
+    if scalars or not _recordable(inputs, any(isinstance(s, Scan) for s in _entry(key).ir.stages)):
+        # (a runtime scalar may be a tracer's symbol, which a recorded launch cannot split into its words)
         return torch.ops.tricomb.pipeline(key, inputs, scalars)
     return _run(key, inputs, scalars)
 
@@ -235,7 +236,7 @@ def _pipeline_backward_cuda(key: str, wanted: list[int], inputs: list[torch.Tens
     """:func:`_pipeline_backward` on CUDA tensors, traced through as :func:`_pipeline_cuda` is (the opaque operator
     where a backward kernel scans: a scan's, and the adjoint rule's)."""
     parts = autograd.check(_entry(key).ir)  # (None: the pipeline's own backward, attach kernels)
-    if not _recordable(inputs + result + grads, parts is not None and autograd.rule(parts).scans):
+    if scalars or not _recordable(inputs + result + grads, parts is not None and autograd.rule(parts).scans):
         return torch.ops.tricomb.pipeline_backward(key, wanted, inputs, result, grads, scalars)
     return _gradients(key, wanted, inputs, result, grads, scalars)
 
