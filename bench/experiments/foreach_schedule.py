@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tricomb as tc  # noqa: E402
 from optimizer import HYPER, _one, _sizes  # noqa: E402
 
-SCHEDULES = [(1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16)]
+SCHEDULES = [(256, 2), (512, 2), (512, 4), (1024, 2), (1024, 4), (1024, 8), (2048, 4), (4096, 8)]
 
 
 def main() -> None:

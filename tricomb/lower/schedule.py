@@ -166,11 +166,10 @@ def tuning_space(cfg, entry):
 
 
 def schedule_foreach(largest, total, interpret):
-    """Foreach: ``BLOCK`` elements of one tensor per program, for tensors of at most ``largest`` elements and
-    ``total`` in all: wide tiles when the tensors are large, else tiles no wider than the largest tensor (a list
-    of small tensors is one program each)."""
+    """Foreach: ``BLOCK`` elements of one tensor per program: 1024 with 4 warps, or the largest tensor's size
+    rounded up to a power of two where that is smaller (a list of small tensors is one program each). Measured
+    on the H200 (bench/experiments/foreach_schedule.py, O1's AdamW over 1e9 float32 elements): 1024 elements and
+    4 warps 6.82 ms, 2048 and 4 7.52 ms, 4096 and 8 9.46 ms (torch's fused AdamW 8.57 ms)."""
     if interpret:
         return {"BLOCK": min(max(triton.next_power_of_2(largest), 16), 1 << 16), "num_warps": 4}
-    if total >= 1 << 22 and largest >= 4096:
-        return {"BLOCK": 4096, "num_warps": 8}
     return {"BLOCK": max(128, min(1024, triton.next_power_of_2(largest))), "num_warps": 4}
