@@ -80,6 +80,27 @@ def test_scalars_shared_per_tensor_and_on_the_device(device):
     assert counts[0].dtype == torch.int8 and counts[1].tolist() == [44] * 3  # 300 wraps in int8, as torch's
 
 
+def test_a_list_of_numbers_of_mixed_kinds_promotes_each_as_torch(device):
+    """[1, 0.5] meeting int8 tensors: torch keeps int8 for the int and gives float32 for the float."""
+    x = torch.arange(4.0, device=device)
+    got = tc.foreach(tc.zip_with(lambda p, a: p * a))([x, x, x], [True, 0.5, 3])
+    for g, a in zip(got, [True, 0.5, 3]):
+        torch.testing.assert_close(g, x * a)
+    i8 = [torch.full((3,), 10, dtype=torch.int8, device=device)] * 4
+    rates = [1, 0.5, 2, 0.25]
+    got = tc.foreach(STEP)(i8, i8, rates)
+    for g, lr in zip(got, rates):
+        want = i8[0] - lr * i8[0]
+        assert g.dtype == want.dtype
+        torch.testing.assert_close(g, want)
+
+
+def test_a_shared_0d_tensor_is_a_block_to_every_builtin(device):
+    x = torch.arange(4.0, device=device)
+    got = tc.foreach(tc.zip_with(lambda p, b, t: p * b ** t))([x], torch.tensor(0.9, device=device), 3)
+    torch.testing.assert_close(got[0], x * 0.9 ** 3)
+
+
 def test_named_scalars_and_a_parsed_pipeline(device):
     step = tc.foreach(tc.parse("param lr; zip_with (p, g) -> p - lr * g"))
     ps, gs = _tensors([3, 5], device), _tensors([3, 5], device, seed=1)
@@ -145,6 +166,20 @@ def test_adamw_step_follows_torch(device):
         torch.testing.assert_close(m, optimizer.state[r]["exp_avg"], rtol=1e-5, atol=1e-6)
 
 
+def test_adamw_step_takes_a_step_tensor_and_refuses_step_0(device):
+    params, grads = _tensors([3, 7], device), _tensors([3, 7], device, seed=1)
+    moments = [[torch.zeros_like(p) for p in params] for _ in range(2)]
+    reference = [p.clone() for p in params]
+    tc.library.adamw_step(params, grads, *moments, lr=1e-2, step=torch.tensor(1, device=device))
+    again = [p.clone() for p in reference]
+    tc.library.adamw_step(again, grads, *[[torch.zeros_like(p) for p in again] for _ in range(2)], lr=1e-2, step=1)
+    torch.testing.assert_close(params, again)
+    with pytest.raises(tc.ArgumentError, match="step=0: the step's number counts from 1"):
+        tc.library.adamw_step(params, grads, *moments, lr=1e-2, step=0)
+    with pytest.raises(tc.ArgumentError, match="lr='0.1': give a number"):
+        tc.library.adamw_step(params, grads, *moments, lr="0.1", step=1)
+
+
 def test_torch_compile_records_foreach_as_one_operator(device):
     ps, gs = _tensors([5, 1, 30], device), _tensors([5, 1, 30], device, seed=1)
     step = tc.foreach(STEP)
@@ -154,6 +189,9 @@ def test_torch_compile_records_foreach_as_one_operator(device):
     want = [p - 0.5 * g for p, g in zip(ps, gs)]
     torch.compile(lambda p, g, lr: step(p, g, lr, out=p), backend="aot_eager", fullgraph=True)(ps, gs, 0.5)
     torch.testing.assert_close(ps, want)
+    changing = torch.compile(lambda p, g, lr: step(p, g, lr), backend="aot_eager", fullgraph=True)
+    for lr in (0.1, 0.2, 0.3):  # (a new value may reach the trace as a symbol)
+        torch.testing.assert_close(changing(ps, gs, lr), [p - lr * g for p, g in zip(ps, gs)])
     moments = [torch.zeros_like(p) for p in ps]
 
     def adamw(p, g, m, v, lr, step):

@@ -197,6 +197,29 @@ def test_text_forms_name_their_scalars():
         tc.parse("param a: double; map x -> x * a")
 
 
+def test_a_named_scalar_keeps_its_kind():
+    """A value of a kind its scalar holds exactly is taken (an int for a float); one it would change is refused."""
+    x = torch.arange(4.0)
+    counted = tc.parse("param n: int; map x -> x * n")
+    with pytest.raises(tc.ArgumentError, match="n= is a float, but the runtime scalar n is a int"):
+        counted(x, n=2.9)
+    with pytest.raises(tc.ArgumentError, match="k= is a float, but the runtime scalar k is a int"):
+        tc.parse("map x -> x * k", env={"k": 3})(x, k=2.5)
+    assert tc.parse("param a; map x -> x * a")(x, a=2).tolist() == [0.0, 2.0, 4.0, 6.0]
+    with pytest.raises(tc.ArgumentError, match="lr= is a list"):
+        tc.parse("param lr; map x -> x * lr")(x, lr=[0.1])
+    with pytest.raises(tc.UnknownNameError, match=r"env\['k'\] is a Tensor"):
+        tc.parse("map x -> x * k", env={"k": torch.tensor(0.5)})
+
+
+def test_an_operator_reading_a_runtime_scalar_is_refused():
+    """An operator's laws are checked and its combine compiled for its constants alone."""
+    with pytest.raises(tc.UnsupportedError, match="reduce's operator .* reads a runtime scalar"):
+        tc.parse("param a; reduce ((u, v) -> u + v + a * u * v)(identity=0.0)")
+    with pytest.raises(tc.UnsupportedError, match="scan's operator .* reads a runtime scalar"):
+        tc.parse("scan ((u, v) -> u + v * a)(identity=0.0)", env={"a": 1.5})
+
+
 def test_composed_pipelines_share_a_name_and_print_back():
     a = tc.parse("map x -> x * s", env={"s": 2.0})
     b = tc.parse("param n: int; map x -> x + n * s", env={"s": 2.0})
@@ -226,8 +249,12 @@ def test_torch_compile_takes_scalars(device):
     pipe = tc.zip_with(lambda v, s: v * s) >> tc.sum(axis=-1)
     compiled = torch.compile(lambda v, s: pipe(v, s), backend="aot_eager", fullgraph=True)
     x = torch.randn(3, 8, device=device)
-    for s in (0.5, 2.0):
+    for s in (0.5, 2.0, 3.0):
         torch.testing.assert_close(compiled(x, s).cpu(), (x.cpu() * s).sum(-1), rtol=1e-5, atol=1e-5)
+    named = tc.parse("param lr; zip_with (p, g) -> p - lr * g")
+    step = torch.compile(lambda p, g, lr: named(p, g, lr=lr), backend="aot_eager", fullgraph=True)
+    for lr in (0.1, 0.2, 0.3):  # (a new value may reach the trace as a symbol)
+        torch.testing.assert_close(step(x, x, lr).cpu(), (x - lr * x).cpu())
 
 
 def test_the_emitted_module_takes_scalars_after_its_tensors(tmp_path):

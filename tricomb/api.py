@@ -147,11 +147,9 @@ class Pipeline:
             value = named.get(p.name, p.default)
             if value is None:
                 raise ArgumentError(f"{p.name}= is not given: the pipeline reads the runtime scalar {p.name} (a "
-                                    f"{p.kind.__name__}); call pipe(..., {p.name}=value)", caller_location())
-            if not is_number(value):
-                raise ArgumentError(f"{p.name}= is a {type(value).__name__}; give a number (a {p.kind.__name__})",
-                                    caller_location())
-            values.append(p.kind(plain_scalar(value, f"{p.name}=")))
+                                    f"{p.kind.__name__}), given by keyword at each call; call pipe(..., "
+                                    f"{p.name}=value)", caller_location())
+            values.append(_parameter_value(p, value))
         return tuple(values)
 
     def _through_operator(self, inputs: tuple, out, given: tuple = ()):
@@ -233,6 +231,31 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"<tricomb pipeline: {self}>"
+
+
+_WIDER = {bool: (bool,), int: (bool, int), float: (bool, int, float)}  # the kinds a parameter's kind holds
+_KINDS = {"bool": bool, "int": int, "float": float}
+
+
+def _parameter_value(p: Parameter, value):
+    """``value`` given for the named runtime scalar ``p``, as a number of its kind: a kind it holds exactly (an
+    int for a float parameter, a bool for an int one), never one it would round (ArgumentError)."""
+    if torch.compiler.is_compiling() and not isinstance(value, torch.Tensor):  # (a tracer's number: as it is)
+        kind = _KINDS[_kind_traced(value, 0)]
+        plain = value
+    elif is_number(value):
+        plain = plain_scalar(value, f"{p.name}=")
+        kind = type(plain)
+    else:
+        raise ArgumentError(f"{p.name}= is a {type(value).__name__}; give a number (a {p.kind.__name__}): a param "
+                            "is a number given at each call (a value on the device is a tensor input of the "
+                            "pipeline instead)", caller_location())
+    if kind not in _WIDER[p.kind]:
+        raise ArgumentError(f"{p.name}= is a {kind.__name__}, but the runtime scalar {p.name} is a "
+                            f"{p.kind.__name__} (declared so, or the kind of its value in env), which would change "
+                            f"it; give a {p.kind.__name__}, or declare param {p.name}: {kind.__name__}",
+                            caller_location())
+    return plain if kind is p.kind or torch.compiler.is_compiling() else p.kind(plain)
 
 
 def _kind_traced(value, at: int) -> str:

@@ -11,6 +11,8 @@ import functools
 import inspect
 import numbers
 
+import torch
+
 from . import api
 from . import library_backward as backward
 from .errors import ArgumentError, caller_location
@@ -394,5 +396,13 @@ def adamw_step(params, grads, exp_avgs, exp_avg_sqs, *, lr, beta1: float = 0.9, 
     ``m += (1 - beta1) * (g - m)``, ``v = beta2 * v + (1 - beta2) * g * g``; then
     ``p -= lr / (1 - beta1 ** step) * m / (sqrt(v) / sqrt(1 - beta2 ** step) + eps)``, the bias corrections
     computed in double precision as Python computes them. Raises what :class:`tricomb.Foreach` raises."""
+    if isinstance(step, numbers.Integral) and not isinstance(step, bool) and step < 1:
+        raise ArgumentError(f"step={step}: the step's number counts from 1 (torch's state['step'] after its "
+                            "increment); the bias corrections divide by 1 - beta ** step", caller_location())
+    for name, value in (("lr", lr), ("beta1", beta1), ("beta2", beta2), ("eps", eps), ("weight_decay", weight_decay),
+                        ("step", step)):
+        if not isinstance(value, (numbers.Real, torch.Tensor)) or isinstance(value, torch.Tensor) and value.dim():
+            raise ArgumentError(f"{name}={value!r}: give a number, or a 0-d tensor on the parameters' device",
+                                caller_location())
     _ADAMW(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, eps, weight_decay, step,
                      out=(params, exp_avgs, exp_avg_sqs))

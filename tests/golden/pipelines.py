@@ -38,6 +38,7 @@ def _cases():
         "linear_recurrence": (tc.library.linear_recurrence(), pairs),
         "drawdown": (tc.parse("scan maximum | zip_with sub | max"), (torch.ones(4096), torch.ones(4096))),
         "user_jit_map": (tc.map(_leaky) >> tc.reduce(tc.add), (f32,)),
+        "runtime_scalars_sgd": (tc.zip_with(lambda p, g, lr, wd: p - lr * (g + wd * p)), (*pairs, 0.01, 1e-4)),
         "first_no_identity": (tc.reduce(lambda a, b: a, axis=1), (f32,)),
         "softmax_two_pass": (tc.parse("attach max(axis=-1) | map (v, m) -> exp(v - m) | attach sum(axis=-1) | "
                                       "map (e, s) -> e / s"), (f32,)),
@@ -58,4 +59,4 @@ CASES = _cases()
 def emitted(name: str) -> str:
     """The module text of case ``name``: its backward modules where an input requires grad."""
     pipe, inputs = CASES[name]
-    return pipe.source(*inputs, backward=any(t.requires_grad for t in inputs))
+    return pipe.source(*inputs, backward=any(getattr(t, "requires_grad", False) for t in inputs))

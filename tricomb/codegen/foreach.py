@@ -97,7 +97,8 @@ class ForeachKernel(KernelStrategy):
             w.lines([f"raw_{s.name} = tl.load({s.name} + idx, mask=mask, other=0)" for s in listed])
         for slot in p.inputs:
             var = f"x_{slot.name}"
-            raw = f"tl.load({slot.name})" if slot.name in self.shared else f"raw_{slot.name}"
+            # (a shared value as a block: each lane reads the one address, cached, and every helper takes blocks)
+            raw = f"tl.load({slot.name} + idx * 0)" if slot.name in self.shared else f"raw_{slot.name}"
             w.line(f"{var} = {_loaded(ctx, slot, raw)}")
             values[slot.name] = Value(var, slot.dtype, slot.name in self.shared)
         elementwise = next(s for s in p.segments if isinstance(s, Elementwise))

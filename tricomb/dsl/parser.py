@@ -173,9 +173,14 @@ class _Build(Expressions):
         """The runtime scalar a lambda reads by ``name``: a declared ``param``, or a number in ``env`` (a runtime
         scalar whose value is given at parse time, and may be given again at a call); None for another name."""
         if name not in self.declared:
-            value = self.env.get(name)
-            if value is None or not is_number(value):
+            if name not in self.env:
                 return None
+            value = self.env[name]
+            if not is_number(value):
+                raise UnknownNameError(f"a lambda reads {name!r} as a value, but env[{name!r}] is a "
+                                       f"{type(value).__name__}: a name read as a value is a parameter of the lambda, "
+                                       "a param, or a number in env (a runtime scalar). Call a function with "
+                                       "parentheses; pass a tensor as an input of the pipeline")
             plain = plain_scalar(value, f"env[{name!r}]")
             self.declared[name] = Parameter(name, type(plain), len(self.declared), plain)
         found = self.declared[name]

@@ -97,6 +97,11 @@ def _check_user_operator(stage: Reduce | Scan, kind: str, width: int) -> None:
                                "tricomb takes a @triton.jit function as one value, so an operator on tuples must be "
                                "a Python def or lambda returning the fields (it may call @triton.jit functions)",
                                stage.location)
+    if any(isinstance(node, Call) and OPS[node.op].runtime is not None for node in walk(*op.outputs)):
+        raise UnsupportedError(f"{kind}'s operator {op.name!r} reads a runtime scalar (a param, or a number in env): "
+                               "an operator's laws are checked, and its combines compiled, for its constants alone. "
+                               "Apply the scalar in a map before the stage, or write the number into the operator",
+                               stage.location)
     if any(isinstance(node, Call) and node.op == INDEX.name for node in walk(*op.outputs)):
         raise UnsupportedError(f"{kind}'s operator {op.name!r} calls index(): an operator combines accumulated "
                                "values, which have no coordinate. Pair each element with its index in a map before "

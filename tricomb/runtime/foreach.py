@@ -136,9 +136,7 @@ class ForeachRunner:
                                            for t in a):
             raise UnsupportedError("tc.foreach records no autograd history; call it under torch.no_grad(), as "
                                    "optimizer steps are", caller_location())
-        representative = tuple(a[0] if r == PER_TENSOR or r == LIST and call.n else
-                               torch.empty(0) if r == LIST else a for a, r in zip(arguments, call.roles))
-        form = self.cache.form(representative)
+        form = self.cache.form(_representative(call, 0))
         # per tensor: (runtime scalar index, argument) of each list of numbers
         per_tensor = tuple((len(named) + j, i) for j, i in enumerate(form.numbers) if call.roles[i] == PER_TENSOR)
         numbers = tuple((i, call.roles[i] == SCALAR) for i in form.numbers)
@@ -152,7 +150,8 @@ class ForeachRunner:
                 self._single_calls(call, positions, results, named)
                 signature = None  # (not kept: these positions take the full path each call)
                 continue
-            launch = self._group_launch(form, call, key, positions, per_tensor, results)
+            launch = self._group_launch(self.cache.form(_representative(call, positions[0])), call, key, positions,
+                                        per_tensor, results)
             launch(*(arguments[i] for i in shared), *scalars)
             launches.append((launch, shared))
         if call.outs is None:
@@ -162,15 +161,19 @@ class ForeachRunner:
         return out
 
     def _groups(self, call: _Call) -> dict:
-        """Positions by (device, the dtypes of the lists' tensors there, of out='s), in order; a position whose
-        tensors are not contiguous (or differ in shape) by itself, under the key None."""
+        """Positions by (device, the dtypes of the lists' tensors there, of out='s, the kinds of the numbers given
+        per position there), in order; a position whose tensors are not contiguous (or differ in shape) by
+        itself, under the key None. (A list of numbers may mix kinds, as ``[1, 0.5]``: torch promotes each with
+        its tensors, so each kind is a kernel of its own.)"""
         lists = [a for a, r in zip(call.arguments, call.roles) if r == LIST] + list(call.outs or ())
+        numbers = [a for a, r in zip(call.arguments, call.roles) if r == PER_TENSOR]
         groups: dict = {}
         for t in range(call.n):
             tensors = [ts[t] for ts in lists]
             first = tensors[0]
             fast = all(x.is_contiguous() and x.shape == first.shape for x in tensors)
-            key = (first.device, tuple(x.dtype for x in tensors)) if fast else None
+            kinds = tuple(type(plain_scalar(a[t], "a number")) for a in numbers)
+            key = (first.device, tuple(x.dtype for x in tensors), kinds) if fast else None
             groups.setdefault(key, []).append(t)
         return groups
 
@@ -206,7 +209,7 @@ class ForeachRunner:
 
     def _module(self, form, call: _Call, key, per_tensor: tuple[int, ...]) -> tuple:
         """The foreach module for a group's signature, and its output dtypes."""
-        device, dtypes = key
+        device, dtypes, _ = key
         listed = [i for i in form.tensors if call.roles[i] == LIST]
         shared = frozenset(f"in{j}" for j, i in enumerate(form.tensors) if call.roles[i] == SHARED)
         shared_dtypes = tuple(call.arguments[i].dtype for i in form.tensors if call.roles[i] == SHARED)
@@ -247,6 +250,12 @@ class ForeachRunner:
             if keep:
                 self.prepared[key] = prepared
         return prepared
+
+
+def _representative(call: _Call, t: int) -> tuple:
+    """The inputs of position ``t``: what decides the form (the kinds of its numbers)."""
+    return tuple(a[t] if r == PER_TENSOR or r == LIST and call.n else torch.empty(0) if r == LIST else a
+                 for a, r in zip(call.arguments, call.roles))
 
 
 def _interpreted(prepared):
@@ -406,18 +415,24 @@ def _foreach_fake(key, tensors, numbers, layout):
     call = classify(arguments, None, runner.cache.pipeline.num_inputs, runner.cache.pipeline.width)
     fields = [[] for _ in range(runner.cache.pipeline.width)]
     for t in range(call.n):
-        position = [a[t] if r == LIST else a if r == SHARED else
-                    plain_scalar(a[t] if r == PER_TENSOR else a, "a number")
+        position = [a[t] if r == LIST else a if r == SHARED else _stand_in(a[t] if r == PER_TENSOR else a)
                     for a, r in zip(call.arguments, call.roles)]
         metas = [torch.empty_like(x, device="meta") if isinstance(x, torch.Tensor) else x for x in position]
         form = runner.cache.form(tuple(position))
-        tensors_at, values = form.split(tuple(metas), named)
+        tensors_at, values = form.split(tuple(metas), tuple(_stand_in(v) for v in named))
         with runtime_values(values):
             results = evaluate_fields(form.ir, list(tensors_at))
         for k, r in enumerate(results):
             fields[k].append(torch.empty(r.shape, dtype=r.dtype, device=position[0].device
                                          if isinstance(position[0], torch.Tensor) else tensors[0].device))
     return [t for field in fields for t in field]
+
+
+def _stand_in(number):
+    """A number of ``number``'s kind (a tracer's symbol's too): what dtypes depend on."""
+    if isinstance(number, (bool, torch.SymBool)):
+        return True
+    return 1 if isinstance(number, (int, torch.SymInt)) else 1.0
 
 
 @torch.library.custom_op("tricomb::foreach_", mutates_args=("outs",))
