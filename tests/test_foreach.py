@@ -145,6 +145,55 @@ def test_bad_arguments_are_refused_before_anything_runs(device):
         step([torch.ones(2, device=device, requires_grad=True)], [torch.ones(2, device=device)], 0.1)
 
 
+def test_a_repeat_call_with_other_tensors_is_checked_again(device):
+    """The launches kept for a call's tensors serve only a call of the same addresses, dtypes and shapes."""
+    step = tc.foreach(tc.zip_with(lambda a, b: a + b))
+    a, b = torch.arange(4.0, device=device), torch.arange(4.0, device=device) * 10
+    out = torch.zeros(4, device=device)
+    step([a], [b], out=[out])
+    step([a], [b[:1]], out=[out])  # another shape at the same address: broadcast, as a call of the pipeline
+    torch.testing.assert_close(out, a + b[0])
+    buffer = torch.zeros(8, device=device)
+    step([a], [b], out=[buffer[:4]])
+    with pytest.raises(tc.ShapeError):
+        step([a], [b], out=[buffer[:2]])
+    assert buffer[4:].tolist() == [0.0] * 4
+    shift = tc.foreach(tc.zip_with(lambda p, s: p + s))
+    p1, p2 = torch.ones(4, device=device), torch.ones(4, device=device)
+    shift([p1, p2], torch.tensor(5.0, device=device), out=[p1, p2])
+    with pytest.raises(tc.AliasError, match="overlaps a tensor given once for every position"):
+        shift([p1, p2], p1[0], out=[p1, p2])
+    ints = [torch.tensor([1, 2], dtype=torch.int32, device=device)]
+    assert step(ints, ints, out=[torch.empty(2, dtype=torch.int32, device=device)])[0].dtype == torch.int32
+    old = torch.get_default_dtype()
+    scale = tc.foreach(tc.zip_with(lambda x, s: x * s))
+    try:
+        assert scale(ints, 2.5)[0].dtype == torch.float32
+        torch.set_default_dtype(torch.float64)
+        assert scale(ints, 2.5)[0].dtype == torch.float64
+    finally:
+        torch.set_default_dtype(old)
+
+
+def test_every_written_tensor_is_checked_against_the_whole_call(device):
+    step = tc.foreach(tc.zip_with(lambda a, b: a + b))
+    base = torch.zeros(4, device=device)
+    halves = base.view(torch.float16)  # (another dtype group over the same memory)
+    with pytest.raises(tc.AliasError, match="overlaps one at position"):
+        step([base, halves], [torch.ones(4, device=device), torch.zeros(8, dtype=torch.float16, device=device)],
+             out=[base, torch.empty(8, dtype=torch.float16, device=device)])
+    numbers = torch.arange(8.0, device=device)
+    strided = torch.full((8,), 100.0, device=device)[::2]
+    with pytest.raises(tc.AliasError, match="overlaps one at position"):  # (position 0 is a call of its own)
+        step([strided, numbers[:4]], [strided, numbers[:4]], out=[numbers[0::2], torch.empty(4, device=device)])
+    pair = tc.foreach(tc.zip_with(lambda a, b: (a + b, a - b)))
+    x, y, o = (torch.randn(4, device=device) for _ in range(3))
+    with pytest.raises(tc.AliasError, match="overlaps one at position 0"):
+        pair([x], [y], out=([o], [o]))
+    with pytest.raises(tc.DeviceError, match="position 0"):
+        step([torch.ones(3, device=device)], [torch.ones(3, device="meta")])
+
+
 def test_adamw_step_follows_torch(device):
     torch.manual_seed(0)
     sizes = [5, 1, 300, 17, 0, 64, 4099]

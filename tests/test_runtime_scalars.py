@@ -227,7 +227,7 @@ def test_composed_pipelines_share_a_name_and_print_back():
     assert [p.name for p in both.parameters] == ["s", "n"]
     x = torch.randn(5)
     torch.testing.assert_close(both(x, n=3), x * 2.0 + 6.0)
-    assert str(both).startswith("param s, n: int; ")
+    assert str(both).startswith("param s = 2.0, n: int; ")
     again = tc.parse(str(both))
     torch.testing.assert_close(again(x, s=2.0, n=3), x * 2.0 + 6.0)
     with pytest.raises(tc.ArgumentError, match="as a float and as a int"):
@@ -276,9 +276,34 @@ def _python_env():
     return {k: v for k, v in os.environ.items() if k in ("HOME", "PYTHONPATH", "VIRTUAL_ENV", "TRICOMB_CACHE_DIR")}
 
 
+def test_scalars_alone_are_pythons_arithmetic_and_an_unread_one_is_taken(device):
+    x = torch.ones(2, dtype=torch.float64, device=device)
+    assert tc.zip_with(lambda v, a, b: v * (a + b))(x, True, True).tolist() == [2.0, 2.0]  # True + True is 2
+    assert tc.zip_with(lambda v, a, b: v * (a & b))(x, True, False).tolist() == [0.0, 0.0]
+    assert tc.zip_with(lambda v, s: v * 2)(x, 3.0).tolist() == [2.0, 2.0]
+    assert tc.parse("param a; map x -> x * a")(x, a=2**63).tolist() == [2.0**63] * 2  # (a float holds it)
+
+
+def test_defaults_print_and_parse_back():
+    x = torch.ones(2)
+    pipe = tc.parse("map x -> x * s", env={"s": 2})
+    assert str(pipe) == "param s: int = 2; map (x -> (x * s))"
+    assert tc.parse(str(pipe))(x).tolist() == [2.0, 2.0]
+    declared = tc.parse("param lr = 0.5, n: int = 3, on: bool; map x -> where(on, x * lr + n, x)")
+    assert declared(x, on=True).tolist() == [3.5, 3.5]
+    with pytest.raises(tc.ParseError, match="the value is a float; give a int"):
+        tc.parse("param n: int = 2.5; map x -> x * n")
+    a, b = tc.parse("map x -> x * s", env={"s": 2.0}), tc.parse("map x -> x + s", env={"s": 100.0})
+    with pytest.raises(tc.ArgumentError, match="with the values 2.0 and 100.0"):
+        a >> b
+
+
 def test_nan_and_infinities_pass_exactly(device):
     x = torch.ones(2, device=device)
     pipe = tc.zip_with(lambda v, s: v * s)
     assert math.isnan(pipe(x, float("nan"))[0].item())
     assert pipe(x, -float("inf")).cpu().tolist() == [-math.inf] * 2
     assert pipe(x, -0.0).cpu().tolist() == [-0.0] * 2 and math.copysign(1, pipe(x, -0.0)[0].item()) == -1
+    # through a helper, which takes its operands as blocks: the sign of -0.0 kept (1 / -0.0 is -inf)
+    helper = tc.zip_with(lambda v, s: 1.0 / tc.maximum(v, s))(torch.tensor([-1.0], device=device), -0.0)
+    assert helper.cpu().tolist() == [-math.inf]

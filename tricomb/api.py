@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import math
 import numbers
 import sys
 
@@ -225,12 +226,20 @@ class Pipeline:
     def __str__(self) -> str:
         if not self.parameters:
             return pipeline_text(self.ir)
-        declared = ", ".join(p.name if p.kind is float else f"{p.name}: {p.kind.__name__}" for p in self.parameters)
+        declared = ", ".join((p.name if p.kind is float else f"{p.name}: {p.kind.__name__}")
+                             + ("" if p.default is None else f" = {_written(p.default)}") for p in self.parameters)
         with scalar_names({p.index: p.name for p in self.parameters}):
             return f"param {declared}; {pipeline_text(self.ir)}"
 
     def __repr__(self) -> str:
         return f"<tricomb pipeline: {self}>"
+
+
+def _written(value) -> str:
+    """A parameter's value as the text form writes it (``inf``, not Python's repr of it)."""
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return repr(value)
 
 
 _WIDER = {bool: (bool,), int: (bool, int), float: (bool, int, float)}  # the kinds a parameter's kind holds
@@ -244,6 +253,8 @@ def _parameter_value(p: Parameter, value):
         kind = _KINDS[_kind_traced(value, 0)]
         plain = value
     elif is_number(value):
+        if p.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)  # (an int a float scalar holds, however large)
         plain = plain_scalar(value, f"{p.name}=")
         kind = type(plain)
     else:

@@ -70,6 +70,8 @@ class ForeachKernel(KernelStrategy):
         first = len(self.listed) + 2
         reads = {}
         for j, k in enumerate(self.per_tensor):
+            if k not in kinds:
+                continue  # (a number the stages never read)
             bits = self._row(first + j, "t")
             reads[k] = {float: f"{bits}.to(tl.float64, bitcast=True)", int: bits, bool: f"({bits} != 0)"}[kinds[k]]
         return reads
@@ -133,7 +135,7 @@ def emit_foreach_host(w: Writer, strategy: ForeachKernel, kernel: str) -> None:
     kinds = dict(used_scalars(p.pipeline))
     words = [f"*_scalar_words(scalars[{k}], {kind.__name__})" for k, kind in kinds.items()
              if k not in strategy.per_tensor]
-    per_tensor = ", ".join(f"({k}, {kinds[k].__name__})" for k in strategy.per_tensor)
+    per_tensor = ", ".join(f"({k}, {kinds.get(k, float).__name__})" for k in strategy.per_tensor)
     with w.block("def prepare(lists, per_tensor=()):"):
         w.line(f'"""The launch over the tensors of ``lists`` (one list per slot: {", ".join(listed)}), of one device, '
                'each contiguous, the lists\' tensors at one position of one size; ``per_tensor``: one list of '

@@ -166,7 +166,17 @@ def _weak_operand(ctx: "ScalarContext", value: Value, dtype: torch.dtype, target
     if dtype in _WIDER and value.dtype == torch.int64:
         text = to_integer(ctx, text, torch.int64, dtype)
     text = f"{text}.to({tl_dtype(target)})"
-    return f"({text} + tl.full({fill_shape}, 0, {tl_dtype(target)}))" if fill_shape else text
+    if not fill_shape:
+        return text
+    if not target.is_floating_point:
+        return f"({text} + tl.full({fill_shape}, 0, {tl_dtype(target)}))"
+    # widened by adding -0.0 (built from its bits: a -0.0 literal may become +0.0), which keeps a -0.0 value's sign
+    bits, ints = _NEGATIVE_ZERO_BITS[target]
+    return f"({text} + tl.full({fill_shape}, {bits}, {ints}).to({tl_dtype(target)}, bitcast=True))"
+
+
+_NEGATIVE_ZERO_BITS = {torch.float64: (-2**63, "tl.int64"), torch.float32: (-2**31, "tl.int32"),
+                       torch.float16: (-2**15, "tl.int16"), torch.bfloat16: (-2**15, "tl.int16")}
 
 
 def _jit_argument(text: str, dtype: torch.dtype) -> str:

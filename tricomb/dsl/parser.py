@@ -161,13 +161,21 @@ class _Build(Expressions):
         self.declared: dict[str, Parameter] = {}  # the runtime scalars named, in index order
 
     def parameter(self, items):
-        name, kind = str(items[0]), str(items[1]) if len(items) > 1 else "float"
+        name = str(items[0])
+        kind_token = next((i for i in items[1:] if isinstance(i, lark.Token)), None)
+        default = next((i for i in items[1:] if not isinstance(i, lark.Token)), None)
+        kind = str(kind_token) if kind_token is not None else type(default).__name__ if default is not None else "float"
         if name in self.declared:
             raise ParseError(f"param {name!r} is declared twice; declare each runtime scalar once", self._where(items[0]))
         if kind not in KIND_NAMES:
             raise ParseError(f"param {name}: {kind!r} is no kind of runtime scalar; write float, int or bool",
-                             self._where(items[1]))
-        self.declared[name] = Parameter(name, KIND_NAMES[kind], len(self.declared))
+                             self._where(kind_token or items[0]))
+        if default is not None and type(default) not in {bool: (bool,), int: (bool, int),
+                                                          float: (bool, int, float)}[KIND_NAMES[kind]]:
+            raise ParseError(f"param {name}: {kind} = {default!r}: the value is a {type(default).__name__}; give a "
+                             f"{kind}", self._where(items[0]))
+        value = KIND_NAMES[kind](default) if default is not None else None
+        self.declared[name] = Parameter(name, KIND_NAMES[kind], len(self.declared), value)
 
     def _runtime(self, name: str):
         """The runtime scalar a lambda reads by ``name``: a declared ``param``, or a number in ``env`` (a runtime

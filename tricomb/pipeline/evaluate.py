@@ -69,10 +69,23 @@ def runtime_value(kind: type, index: int) -> Weak:
     return Weak(kind(values[index]) if values is not None else kind(1))
 
 
+# ops whose bools stay bools in Python (True & True is True); in every other, a bool counts as the int it is
+# (True + True is 2), where torch's bool arithmetic would keep a bool
+_BOOLEAN_OPS = frozenset(["logical_and", "logical_or", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt",
+                          "le", "gt", "ge", "where"])
+
+
 def weak_call(op: str, operands: list) -> Weak:
     """``op`` of runtime scalars and constants alone, as Python computes it: a float result in float64, an int
-    one in int64, a bool as a bool; the result is a runtime scalar's value."""
-    carriers = [torch.tensor(v, dtype=_CARRIERS[type(v)]) for v in (weak_number(o) for o in operands)]
+    one in int64 (a bool counting as an int in arithmetic), a bool as a bool; the result is a runtime scalar's
+    value."""
+    values = [weak_number(o) for o in operands]
+    if op not in _BOOLEAN_OPS:
+        values = [int(v) if type(v) is bool else v for v in values]
+    elif op == "where":
+        values = values[:1] + [int(v) if type(v) is bool and any(type(w) is not bool for w in values[1:]) else v
+                               for v in values[1:]]
+    carriers = [torch.tensor(v, dtype=_CARRIERS[type(v)]) for v in values]
     result = OPS[op].torch(*carriers)
     if result.is_floating_point() and result.dtype != torch.float64:
         result = OPS[op].torch(*(c.to(torch.float64) for c in carriers))

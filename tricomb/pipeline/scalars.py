@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..errors import ArgumentError, caller_location
 from ..scalar.builtins import OPS
 from ..scalar.ir import Arg, Call, Const, Function, as_expr, fold, rebuilt, substitute, walk
-from ..scalar.literals import NotExact, plain_number
+from ..scalar.literals import NotExact, number_key, plain_number
 from .ir import Attach, Map, PipelineIR, ZipWith, new_inputs, stream_widths
 
 KINDS = (bool, int, float)
@@ -142,6 +142,13 @@ def merged_parameters(left: tuple[Parameter, ...], right: tuple[Parameter, ...],
             raise ArgumentError(f"the composed pipelines both name the runtime scalar {p.name}, as a "
                                 f"{found.kind.__name__} and as a {p.kind.__name__}; give them one kind, or two names",
                                 caller_location())
+        if found is not None and None not in (found.default, p.default) and \
+                number_key(found.default) != number_key(p.default):
+            raise ArgumentError(f"the composed pipelines both name the runtime scalar {p.name}, with the values "
+                                f"{found.default!r} and {p.default!r} (from env); one name is one scalar: give them "
+                                "one value, or two names", caller_location())
+        if found is not None and found.default is None and p.default is not None:
+            found = merged[p.name] = Parameter(found.name, found.kind, found.index, p.default)
         if found is None:
             found = merged[p.name] = Parameter(p.name, p.kind, len(merged), p.default)
         moved[p.index] = found.index

@@ -145,6 +145,9 @@ class ForeachRunner:
         results = [list(o) for o in call.outs] if call.outs is not None else [[None] * call.n for _ in range(width)]
         launches = []
         shared = tuple(i for i, r in enumerate(call.roles) if r == SHARED)
+        if call.outs is not None:
+            _check_no_crossing([a for a, r in zip(arguments, call.roles) if r == LIST] + list(call.outs),
+                               len(call.outs))
         for key, positions in self._groups(call).items():
             if key is None:
                 self._single_calls(call, positions, results, named)
@@ -168,9 +171,14 @@ class ForeachRunner:
         lists = [a for a, r in zip(call.arguments, call.roles) if r == LIST] + list(call.outs or ())
         numbers = [a for a, r in zip(call.arguments, call.roles) if r == PER_TENSOR]
         groups: dict = {}
+        devices = {a.device for a, r in zip(call.arguments, call.roles) if r == SHARED}
         for t in range(call.n):
             tensors = [ts[t] for ts in lists]
             first = tensors[0]
+            if any(x.device != first.device for x in tensors) or devices - {first.device}:
+                found = sorted({str(x.device) for x in tensors} | {str(d) for d in devices})
+                raise DeviceError(f"the tensors of position {t} (and those given once for all) are on {', '.join(found)}; "
+                                  "move them to one device", caller_location())
             fast = all(x.is_contiguous() and x.shape == first.shape for x in tensors)
             kinds = tuple(type(plain_scalar(a[t], "a number")) for a in numbers)
             key = (first.device, tuple(x.dtype for x in tensors), kinds) if fast else None
@@ -213,7 +221,7 @@ class ForeachRunner:
         listed = [i for i in form.tensors if call.roles[i] == LIST]
         shared = frozenset(f"in{j}" for j, i in enumerate(form.tensors) if call.roles[i] == SHARED)
         shared_dtypes = tuple(call.arguments[i].dtype for i in form.tensors if call.roles[i] == SHARED)
-        signature = (form.ir, device, dtypes[:len(listed)], shared, per_tensor, shared_dtypes)
+        signature = (form.ir, device, dtypes[:len(listed)], shared, per_tensor, shared_dtypes, torch.get_default_dtype())
         found = self.modules.get(signature)
         if found is None:
             for dtype in dtypes + shared_dtypes:
@@ -240,12 +248,11 @@ class ForeachRunner:
         table is made (the same addresses, sizes and dtypes give the same answer)."""
         tables = lists + outs
         key = (id(module), tuple((t.data_ptr(), t.numel()) for ts in tables for t in ts),
-               tuple(tuple(v) for v in values))
+               tuple(tuple(v) for v in values), tuple((s.data_ptr(), s.dtype) for s in shared))
         prepared = self.prepared.get(key) if keep else None
         if prepared is None:
             if keep:
                 _check_outs(outs, lists, shared)
-                _check_no_crossing(tables, len(outs))
             prepared = module.prepare(tables, values)
             if keep:
                 self.prepared[key] = prepared
@@ -269,26 +276,26 @@ def _interpreted(prepared):
 
 
 _ADDRESS, _NUMEL, _CONTIGUOUS = torch.Tensor.data_ptr, torch.Tensor.numel, torch.Tensor.is_contiguous
-_DTYPE = operator.attrgetter("dtype")
+_DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
 
 
 def _signature(arguments: tuple, out) -> tuple | None:
     """What makes a call into ``out=`` the same as an earlier one, or None where it cannot be (a strided tensor,
-    something not a tensor where one is expected): per list of tensors its addresses and dtypes, the first
-    list's sizes and device; per list of numbers its values and their types; a shared tensor's address and
-    dtype; a number's type. Computed by C-level maps over the lists (a few microseconds per hundred tensors)."""
+    something not a tensor where one is expected): per list of tensors its addresses, dtypes and shapes, and the
+    first one's device; per list of numbers its values and their types; a shared tensor's address and dtype; a
+    number's type; torch's default dtype. Computed by C-level maps over the lists (for AdamW over 1000 tensors,
+    about 2 ms on the host: bench/optimizer.py's O2)."""
     lists = [a for a in arguments if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
-    lists += list(out) if isinstance(out, tuple) else [out]
+    lists += [out] if isinstance(out, (list, tuple)) and out and isinstance(out[0], torch.Tensor) else list(out)
     try:
         if not lists or not all(all(map(_CONTIGUOUS, ts)) for ts in lists):
             return None
-        tensors = tuple((tuple(map(_ADDRESS, ts)), tuple(map(_DTYPE, ts))) for ts in lists)
-        first = lists[0]
-        others = tuple((a.data_ptr(), a.dtype) if isinstance(a, torch.Tensor) else
+        tensors = tuple((tuple(map(_ADDRESS, ts)), tuple(map(_DTYPE, ts)), tuple(map(_SHAPE, ts))) for ts in lists)
+        others = tuple((a.data_ptr(), a.dtype, a.device) if isinstance(a, torch.Tensor) else
                        (tuple(a), tuple(map(type, a))) if isinstance(a, (list, tuple)) and a and
                        not isinstance(a[0], torch.Tensor) else type(a) for a in arguments)
-        return tensors, tuple(map(_NUMEL, first)), first[0].device, others, len(arguments)
-    except (TypeError, AttributeError, RuntimeError):
+        return tensors, lists[0][0].device, others, len(arguments), torch.get_default_dtype()
+    except (TypeError, AttributeError, RuntimeError, IndexError):
         return None
 
 
@@ -317,22 +324,23 @@ def _check_outs(outs: list[list], lists: list[list], shared: list) -> None:
 
 
 def _check_no_crossing(lists: list[list], outputs: int) -> None:
-    """No output tensor (of the last ``outputs`` lists) overlaps a tensor of another position (each program reads
-    and writes one position's tensors, so writing over another's could race with its reads): AliasError
-    otherwise. Inputs may share memory (one tensor read at two positions). The spans are swept in order of their
-    starts, keeping those still open: for tensors of their own memory, or views of one flat buffer, a few."""
+    """No tensor written (of the last ``outputs`` lists) overlaps a tensor of another position, or another
+    written one at its own (each program reads and writes one position's tensors, so writing over another's
+    could race with its reads): AliasError otherwise. Inputs may share memory (one tensor read at two positions).
+    The spans are swept in order of their starts, keeping those still open: for tensors of their own memory, or
+    views of one flat buffer, a few."""
     first_output = len(lists) - outputs
-    spans = sorted((*byte_range(t), j, k >= first_output) for k, ts in enumerate(lists) for j, t in enumerate(ts)
+    spans = sorted((*byte_range(t), j, k >= first_output, k) for k, ts in enumerate(lists) for j, t in enumerate(ts)
                    if t.numel())
     open_spans: list = []
-    for start, stop, j, written in spans:
+    for start, stop, j, written, k in spans:
         open_spans = [s for s in open_spans if s[1] > start]
-        for _, _, other, other_written in open_spans:
-            if other != j and (written or other_written):
+        for _, _, other, other_written, other_list in open_spans:
+            if (written or other_written) and (other != j or written and other_written and other_list != k):
                 raise AliasError(f"a tensor at position {j} overlaps one at position {other}, and one of them is "
-                                 "written: foreach's positions must not share memory with a result of another",
-                                 caller_location())
-        open_spans.append((start, stop, j, written))
+                                 "written: foreach writes each result into memory no other tensor of the call "
+                                 "holds, but the input it is", caller_location())
+        open_spans.append((start, stop, j, written, k))
 
 
 # --- the registered operators: what torch.compile records for a foreach call -----------------------------------

@@ -218,6 +218,7 @@ def _with_numbers(form: ScalarForm, prepared):
     def run(*inputs, out=None):
         tensors, scalars = form.split(inputs[:len(form.tensors) + len(form.numbers)],
                                       inputs[len(form.tensors) + len(form.numbers):])
+        scalars = scalars if form.cache.reads_scalars else ()
         try:
             return prepared(*tensors, *scalars, out=out)
         except struct.error:
@@ -293,6 +294,7 @@ def _first_call(kept: PipelineCache, cache: dict, tensors: tuple, scalars: tuple
         inner, named = form.split(tensors, scalars)
         inner_cache = form.cache.entries() if form.cache.jit_refs else form.cache.layouts
         inner_key = fast_key(inner) if key is not None else None
+        named = named if form.cache.reads_scalars else ()  # (numbers the stages never read)
         result = _first_call(form.cache, inner_cache, inner, named, out, inner_key, overrides)
         if key is not None and inner_key in inner_cache:
             cache[key] = _with_numbers(form, inner_cache[inner_key])
