@@ -23,14 +23,14 @@ _TUNERS = {}
 TUNING = {"done": 0, "total": 0, "reporters": []}  # reporters(configs timed, configs): tricomb's progress bar
 
 
-def _tuning(interpret, numel, overrides, traced=False, in_place=False):
+def _tuning(interpret, numel, overrides, traced=False, outs=(), inputs=()):
     """Whether Triton's autotuner picks this launch's tile and warps: on the GPU, for 2**22 elements or more
     (where a kernel's time is worth seconds of tuning, once per size: the choice is cached on disk), unless
     ``TRICOMB_AUTOTUNE=0`` or ``overrides`` fix the schedule, or the launch is ``traced`` (recorded into a graph,
-    which launches it as the heuristic chose), or writes ``in_place`` (each timed launch would update the
-    result again)."""
-    return (not interpret and not traced and not overrides and not in_place and numel >= 1 << 22
-            and os.environ.get("TRICOMB_AUTOTUNE", "1") != "0")
+    which launches it as the heuristic chose), or writes one of ``outs`` over one of ``inputs`` (in place: each
+    timed launch would update the result again)."""
+    return (not interpret and not traced and not overrides and numel >= 1 << 22
+            and os.environ.get("TRICOMB_AUTOTUNE", "1") != "0" and not _in_place(outs, inputs))
 
 
 def _in_place(outs, inputs):

@@ -302,7 +302,7 @@ def _emit_schedule(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: s
     w.line(f"cfg = {strategy.schedule_call(inner_contiguous(p))}")
     ins = ", ".join(s.name for s in p.inputs)
     outs = ", ".join(s.name for s in p.outputs)
-    w.line(f"tune = _tuning(interpret, M * K, overrides, traced, _in_place(({outs},), ({ins},)))")
+    w.line(f"tune = _tuning(interpret, M * K, overrides, traced, ({outs},), ({ins},))")
     w.line("cfg.update(overrides)")
     w.line(f"space = tuning_space(cfg, {tuned!r}) if tune else [cfg]")
     strategy.emit_scratch(w)
