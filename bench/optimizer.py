@@ -151,7 +151,8 @@ def main() -> None:
     o1r = o1(total=args.total)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"h200-optimizer-{args.commit}"
+    card = next((w.lower() for w in meta["gpu"].split() if w[:1] in "HAB" and w[1:].isdigit()), "gpu")
+    stem = f"{card}-optimizer-{args.commit}"
     (out / f"{stem}.json").write_text(json.dumps({**meta, "results": [o1r, o2r]}, indent=1))
     (out / f"{stem}.md").write_text(markdown(o1r, o2r, meta))
     print(markdown(o1r, o2r, meta))
