@@ -271,6 +271,15 @@ def test_the_emitted_module_takes_scalars_after_its_tensors(tmp_path):
     assert run.stdout.strip() == str([2.0, 2.5, 3.0, 3.5])
 
 
+def test_the_emitted_module_says_a_runtime_scalar_is_missing():
+    from tricomb.runtime.loader import load_module
+    x = torch.ones(3)
+    module = load_module(tc.zip_with(lambda p, g, lr: p - lr * g).source(x, x, 0.5), interpret=True)
+    with pytest.raises(TypeError, match=r"takes 1 runtime scalar\(s\), numbers, by position .* got 0"):
+        module.launch(x, x)
+    assert module.launch(x, x, 0.25).tolist() == [0.75] * 3
+
+
 def _python_env():
     import os
     return {k: v for k, v in os.environ.items() if k in ("HOME", "PYTHONPATH", "VIRTUAL_ENV", "TRICOMB_CACHE_DIR")}

@@ -303,6 +303,14 @@ def _check_inputs(inputs, dtypes, ranks):
                             f"for such inputs), got {got}; emit a module for these inputs with pipe.source(...)")
 
 
+def _check_scalars(scalars, count):
+    """The runtime scalars this module reads: ``count`` numbers after the tensors, by position."""
+    if len(scalars) < count or not all(isinstance(s, (bool, int, float)) or hasattr(s, "__index__") or
+                                       hasattr(s, "__float__") for s in scalars):
+        raise TypeError(f"launch: after its input tensors this module takes {count} runtime scalar(s), numbers, by "
+                        f"position (the pipeline's, in order), got {len(scalars)}: {scalars!r}")
+
+
 def _check_layout(shape, strides, groups):
     """The layout class this module was generated for: dims outside every group have size 1, and the dims of a
     group are one run in memory in every tensor."""

@@ -128,6 +128,9 @@ def _emit_prepare(w: Writer, p: KernelPlan, strategy: KernelStrategy, kernel: st
                'nothing recomputed."""')
         with w.block("if not _checked:"):
             w.line(f"_check_inputs(({', '.join(s.name for s in p.inputs)},), {tuple(b.dtypes)!r}, {_int_tuple(b.ranks)})")
+            used = used_scalars(p.pipeline)
+            if used:
+                w.line(f"_check_scalars(scalars, {max(index for index, _ in used) + 1})")
         w.line(f"shape = _broadcast({', '.join(f'{n}.shape' for n in before)})")
         _emit_out_shape(w, p)
         w.line("device = in0.device")
