@@ -175,6 +175,32 @@ def test_a_repeat_call_with_other_tensors_is_checked_again(device):
         torch.set_default_dtype(old)
 
 
+def test_a_repeat_call_tells_numbers_and_arguments_apart(device):
+    """Kept launches are found by values exactly (-0.0 is not 0.0) and by the arguments' forms."""
+    divide = tc.foreach(tc.zip_with(lambda x, w: x / w))
+    x, out = [torch.ones(3, device=device)], [torch.empty(3, device=device)]
+    divide(x, [0.0], out=out)
+    divide(x, [-0.0], out=out)
+    assert out[0].tolist() == [-float("inf")] * 3
+    add = tc.foreach(tc.zip_with(lambda p, s: p + s))
+    p, o, numbers = [torch.zeros(3, device=device)], [torch.empty(3, device=device)], torch.arange(3.0, device=device)
+    add(p, numbers[0], out=o)
+    with pytest.raises(tc.ShapeError, match="must be 0-d"):
+        add(p, numbers, out=o)  # (the same address as the 0-d tensor before)
+    with pytest.raises(tc.ArgumentError, match="out must be a list of 1 tensors"):
+        add(p, numbers[0], out=(o,))
+
+
+def test_lazy_negations_are_refused_and_interleaved_strided_outs_taken(device):
+    negated = torch.tensor([1 + 2j], device=device).conj().imag  # (-2, held as 2 with a negation bit)
+    with pytest.raises(tc.DTypeError, match="lazy negation"):
+        tc.foreach(tc.zip_with(lambda a, b: a + b))([negated], [torch.zeros(1, device=device)])
+    weights = torch.zeros(3, 4, device=device)
+    halves = [weights[:, :2], weights[:, 2:]]  # (their spans interleave; no element is shared)
+    tc.foreach(STEP)(halves, [torch.ones(3, 2, device=device)] * 2, 0.5, out=halves)
+    assert weights.tolist() == [[-0.5] * 4] * 3
+
+
 def test_every_written_tensor_is_checked_against_the_whole_call(device):
     step = tc.foreach(tc.zip_with(lambda a, b: a + b))
     base = torch.zeros(4, device=device)

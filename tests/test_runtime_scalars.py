@@ -290,6 +290,8 @@ def test_scalars_alone_are_pythons_arithmetic_and_an_unread_one_is_taken(device)
     assert tc.zip_with(lambda v, a, b: v * (a + b))(x, True, True).tolist() == [2.0, 2.0]  # True + True is 2
     assert tc.zip_with(lambda v, a, b: v * (a & b))(x, True, False).tolist() == [0.0, 0.0]
     assert tc.zip_with(lambda v, s: v * 2)(x, 3.0).tolist() == [2.0, 2.0]
+    flags = tc.zip_with(lambda v, a, b: v * tc.maximum(a, b))(torch.tensor([True, False], device=device), True, False)
+    assert flags.dtype == torch.bool and flags.tolist() == [True, False]  # (max(True, False) is True, a bool)
     assert tc.parse("param a; map x -> x * a")(x, a=2**63).tolist() == [2.0**63] * 2  # (a float holds it)
 
 
@@ -300,6 +302,7 @@ def test_defaults_print_and_parse_back():
     assert tc.parse(str(pipe))(x).tolist() == [2.0, 2.0]
     declared = tc.parse("param lr = 0.5, n: int = 3, on: bool; map x -> where(on, x * lr + n, x)")
     assert declared(x, on=True).tolist() == [3.5, 3.5]
+    assert math.isnan(tc.parse(str(tc.parse("map x -> x * s", env={"s": math.nan}))).parameters[0].default)
     with pytest.raises(tc.ParseError, match="the value is a float; give a int"):
         tc.parse("param n: int = 2.5; map x -> x * n")
     a, b = tc.parse("map x -> x * s", env={"s": 2.0}), tc.parse("map x -> x + s", env={"s": 100.0})

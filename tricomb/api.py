@@ -236,9 +236,9 @@ class Pipeline:
 
 
 def _written(value) -> str:
-    """A parameter's value as the text form writes it (``inf``, not Python's repr of it)."""
-    if isinstance(value, float) and math.isinf(value):
-        return "inf" if value > 0 else "-inf"
+    """A parameter's value as the text form writes it (``inf`` and ``nan`` as the text names them)."""
+    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+        return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
     return repr(value)
 
 

@@ -227,6 +227,7 @@ class _Build(Expressions):
     def neg_float_value(self, items): return -float(items[0])
     def inf_value(self, _): return float("inf")
     def neg_inf_value(self, _): return -float("inf")
+    def nan_value(self, _): return float("nan")
 
     def _callable(self, token: lark.Token):
         """A name called inside a lambda: the ``env`` object itself (a Python function is traced inline, a

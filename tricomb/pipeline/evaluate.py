@@ -72,7 +72,7 @@ def runtime_value(kind: type, index: int) -> Weak:
 # ops whose bools stay bools in Python (True & True is True); in every other, a bool counts as the int it is
 # (True + True is 2), where torch's bool arithmetic would keep a bool
 _BOOLEAN_OPS = frozenset(["logical_and", "logical_or", "bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt",
-                          "le", "gt", "ge", "where"])
+                          "le", "gt", "ge", "where", "maximum", "minimum"])
 
 
 def weak_call(op: str, operands: list) -> Weak:

@@ -32,6 +32,7 @@ from ..lower.bind import SUPPORTED_DTYPES, byte_range, overlap, same_elements
 from ..pipeline.evaluate import evaluate_fields, runtime_values
 from ..pipeline.ir import Map, PipelineIR, ZipWith
 from ..pipeline.scalars import is_number, plain_scalar
+from ..scalar.literals import number_key
 from ..serial import SERIAL
 from .launch import PipelineCache
 from .loader import load_module
@@ -180,6 +181,10 @@ class ForeachRunner:
                 found = sorted({str(x.device) for x in tensors} | {str(d) for d in devices})
                 raise DeviceError(f"the tensors of position {t} (and those given once for all) are on {', '.join(found)}; "
                                   "move them to one device", caller_location())
+            if any(x.is_neg() or x.is_conj() for x in tensors):
+                raise DTypeError(f"a tensor of position {t} has a lazy negation or conjugation bit, which foreach's "
+                                 "loads and stores would not honour; pass a plain tensor (.resolve_neg())",
+                                 caller_location())
             fast = all(x.is_contiguous() and x.shape == first.shape for x in tensors)
             kinds = tuple(type(plain_scalar(a[t], "a number")) for a in numbers)
             key = (first.device, tuple(x.dtype for x in tensors), kinds) if fast else None
@@ -249,7 +254,7 @@ class ForeachRunner:
         table is made (the same addresses, sizes and dtypes give the same answer)."""
         tables = lists + outs
         key = (id(module), tuple((t.data_ptr(), t.numel()) for ts in tables for t in ts),
-               tuple(tuple(v) for v in values), tuple((s.data_ptr(), s.dtype) for s in shared))
+               tuple(tuple(map(number_key, v)) for v in values), tuple((s.data_ptr(), s.dtype) for s in shared))
         prepared = self.prepared.get(key) if keep else None
         if prepared is None:
             if keep:
@@ -277,7 +282,7 @@ def _interpreted(prepared):
 
 
 _ADDRESS, _NUMEL, _DIM = torch.Tensor.data_ptr, torch.Tensor.numel, torch.Tensor.dim
-_CONTIGUOUS = torch.Tensor.is_contiguous
+_CONTIGUOUS, _NEGATED = torch.Tensor.is_contiguous, torch.Tensor.is_neg
 _DTYPE = operator.attrgetter("dtype")
 
 
@@ -302,10 +307,13 @@ def _signature(arguments: tuple, out) -> tuple | None:
                 read[id(ts)] = (tuple(map(_ADDRESS, ts)), tuple(map(_DTYPE, ts)), tuple(map(_NUMEL, ts)),
                                 tuple(map(_DIM, ts)), hash(tuple([t.shape for t in ts])))
         tensors = tuple(read[id(ts)] for ts in lists)
-        others = tuple((a.data_ptr(), a.dtype, a.device) if isinstance(a, torch.Tensor) else
-                       (tuple(a), tuple(map(type, a))) if isinstance(a, (list, tuple)) and a and
+        others = tuple((a.data_ptr(), a.dtype, a.device, a.dim(), a.is_neg()) if isinstance(a, torch.Tensor) else
+                       tuple(map(number_key, a)) if isinstance(a, (list, tuple)) and a and
                        not isinstance(a[0], torch.Tensor) else type(a) for a in arguments)
-        return tensors, lists[0][0].device, others, len(arguments), torch.get_default_dtype()
+        negated = any(any(map(_NEGATED, ts)) for ts in lists)  # (a lazy negation: refused by the full path)
+        form = isinstance(out[0], torch.Tensor)  # (one list, or a tuple of lists: the full path checks which fits)
+        return (tensors, lists[0][0].device, others, len(arguments), torch.get_default_dtype(), negated, form,
+                type(out))
     except (TypeError, AttributeError, RuntimeError, IndexError):
         return None
     finally:
@@ -344,17 +352,21 @@ def _check_no_crossing(lists: list[list], outputs: int) -> None:
     The spans are swept in order of their starts, keeping those still open: for tensors of their own memory, or
     views of one flat buffer, a few."""
     first_output = len(lists) - outputs
-    spans = sorted((*byte_range(t), j, k >= first_output, k) for k, ts in enumerate(lists) for j, t in enumerate(ts)
-                   if t.numel())
+    spans = sorted((*byte_range(t), j, k >= first_output, k, t.is_contiguous()) for k, ts in enumerate(lists)
+                   for j, t in enumerate(ts) if t.numel())
     open_spans: list = []
-    for start, stop, j, written, k in spans:
+    for start, stop, j, written, k, dense in spans:
         open_spans = [s for s in open_spans if s[1] > start]
-        for _, _, other, other_written, other_list in open_spans:
+        for _, _, other, other_written, other_list, other_dense in open_spans:
+            # (two strided tensors' spans may interleave without a shared element, W[:, :2] and W[:, 2:]: their
+            # positions are calls of their own, one after the other, as torch's foreach ops run such tensors)
+            if not (dense or other_dense):
+                continue
             if (written or other_written) and (other != j or written and other_written and other_list != k):
                 raise AliasError(f"a tensor at position {j} overlaps one at position {other}, and one of them is "
                                  "written: foreach writes each result into memory no other tensor of the call "
                                  "holds, but the input it is", caller_location())
-        open_spans.append((start, stop, j, written, k))
+        open_spans.append((start, stop, j, written, k, dense))
 
 
 # --- the registered operators: what torch.compile records for a foreach call -----------------------------------
