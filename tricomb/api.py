@@ -5,7 +5,6 @@ import builtins
 import functools
 import math
 import numbers
-import sys
 
 import torch
 
@@ -16,7 +15,7 @@ from .lower.fuse import KernelPlan
 from .pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith
 from .pipeline.operators import normalized_identity
 from .pipeline.printer import pipeline_text, scalar_names
-from .pipeline.scalars import Parameter, is_number, merged_parameters, plain_scalar
+from .pipeline.scalars import HOLDS, KIND_NAMES, Parameter, is_number, merged_parameters, number_kind, plain_scalar
 from .pipeline.shorthands import SHORTHANDS, Shorthand
 from .pipeline.verify import operator_spec, verify
 from .runtime import foreach as foreach_runtime
@@ -126,8 +125,8 @@ class Pipeline:
             key, tensors, scalars = self._operator_call(inputs, given)
             result = operator.traced_call(key, tensors, out, scalars)
         else:
-            result = launch.run(self.ir, self._cache, inputs, out,
-                                functools.partial(self._through_operator, given=given), given)
+            graph = functools.partial(self._through_operator, given=given) if given else self._through_operator
+            result = launch.run(self.ir, self._cache, inputs, out, graph, given)
         return result if self._named is None else self._named(result)
 
     def _given(self, named: dict) -> tuple:
@@ -164,7 +163,7 @@ class Pipeline:
         scalars (:class:`~tricomb.runtime.launch.ScalarForm`)."""
         if builtins.all(isinstance(t, torch.Tensor) for t in inputs):
             return self._key, inputs, given
-        kinds = tuple(None if isinstance(t, torch.Tensor) else _kind_traced(t, i) for i, t in enumerate(inputs))
+        kinds = tuple(None if isinstance(t, torch.Tensor) else number_kind(t, i) for i, t in enumerate(inputs))
         key = self._form_key(kinds)
         tensors = tuple(t for t in inputs if isinstance(t, torch.Tensor))
         return lambda: key, tensors, (*given, *(t for t in inputs if not isinstance(t, torch.Tensor)))
@@ -242,15 +241,11 @@ def _written(value) -> str:
     return repr(value)
 
 
-_WIDER = {bool: (bool,), int: (bool, int), float: (bool, int, float)}  # the kinds a parameter's kind holds
-_KINDS = {"bool": bool, "int": int, "float": float}
-
-
 def _parameter_value(p: Parameter, value):
     """``value`` given for the named runtime scalar ``p``, as a number of its kind: a kind it holds exactly (an
     int for a float parameter, a bool for an int one), never one it would round (ArgumentError)."""
     if torch.compiler.is_compiling() and not isinstance(value, torch.Tensor):  # (a tracer's number: as it is)
-        kind = _KINDS[_kind_traced(value, 0)]
+        kind = KIND_NAMES[number_kind(value, 0)]
         plain = value
     elif is_number(value):
         if p.kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -261,26 +256,12 @@ def _parameter_value(p: Parameter, value):
         raise ArgumentError(f"{p.name}= is a {type(value).__name__}; give a number (a {p.kind.__name__}): a param "
                             "is a number given at each call (a value on the device is a tensor input of the "
                             "pipeline instead)", caller_location())
-    if kind not in _WIDER[p.kind]:
+    if kind not in HOLDS[p.kind]:
         raise ArgumentError(f"{p.name}= is a {kind.__name__}, but the runtime scalar {p.name} is a "
                             f"{p.kind.__name__} (declared so, or the kind of its value in env), which would change "
                             f"it; give a {p.kind.__name__}, or declare param {p.name}: {kind.__name__}",
                             caller_location())
     return plain if kind is p.kind or torch.compiler.is_compiling() else p.kind(plain)
-
-
-def _kind_traced(value, at: int) -> str:
-    """The kind of runtime scalar a number among a call's inputs is, as a name: what a tracer holds as a constant
-    (under torch.compile a number may be a SymInt or SymFloat). Raises DTypeError for what is no number."""
-    np = sys.modules.get("numpy")
-    if isinstance(value, (bool, torch.SymBool)) or np is not None and isinstance(value, np.bool_):
-        return "bool"
-    if isinstance(value, (int, torch.SymInt)) or np is not None and isinstance(value, np.integer):
-        return "int"
-    if isinstance(value, (float, torch.SymFloat)) or np is not None and isinstance(value, np.floating):
-        return "float"
-    raise DTypeError(f"input {at} is a {type(value).__name__}, neither a torch.Tensor nor a number (a bool, int or "
-                     "float: a runtime scalar); pass a tensor (torch.as_tensor(...)) or a number", caller_location())
 
 
 def _chosen(plan: KernelPlan, inputs: tuple) -> list[str]:

@@ -17,6 +17,7 @@ import torch
 
 from ..errors import DTypeError
 from ..pipeline.evaluate import constant_dtype, promoted_dtype, weak_call
+from ..pipeline.scalars import CARRIERS
 from ..scalar.builtins import OPS
 from ..scalar.dtypes import NARROW_INTEGERS, compute_dtype, held_dtype
 from ..scalar.ir import Call, Const, Function, JitCall, fold
@@ -63,8 +64,7 @@ class Value:
 
 # a runtime scalar's kernel value: the dtype it is held in (exactly: the launch passes a float's double, an int's
 # int64), and a number of its kind, which torch promotes as it promotes the Python number given
-_WEAK_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64}
-_WEAK_SAMPLES = {torch.bool: True, torch.int64: 1, torch.float64: 1.0}
+_WEAK_SAMPLES = {dtype: kind(1) for kind, dtype in CARRIERS.items()}
 # the device helper rebuilding each kind from the words the launch passes (codegen.host._scalar_words)
 _WEAK_DECODERS = {bool: "({0} != 0)", int: "tc_int_of_words({0}_hi, {0}_lo)", float: "tc_float_of_words({0}_hi, {0}_lo)"}
 
@@ -141,9 +141,7 @@ def _operand(ctx: "ScalarContext", value, dtype: torch.dtype, fill_shape: str | 
         literal = render_const(float(value) if target.is_floating_point and not isinstance(value, bool)
                                else _wrapped(value, dtype))
         if target.is_floating_point and value == 0 and math.copysign(1.0, value) < 0:
-            # -0.0: Triton's constants and constant folding lose the sign of zero, so build its bits
-            bits, ints = (-2**63, "tl.int64") if target == torch.float64 else (-2**31, "tl.int32")
-            return f"tl.full({fill_shape or '[1]'}, {bits}, {ints}).to({tl_dtype(target)}, bitcast=True)"
+            return _negative_zero(fill_shape or "[1]", target)
         return f"tl.full({fill_shape}, {literal}, {tl_dtype(target)})" if fill_shape else literal
     text = value.text
     if dtype in _HALF and value.dtype != dtype:
@@ -170,13 +168,14 @@ def _weak_operand(ctx: "ScalarContext", value: Value, dtype: torch.dtype, target
         return text
     if not target.is_floating_point:
         return f"({text} + tl.full({fill_shape}, 0, {tl_dtype(target)}))"
-    # widened by adding -0.0 (built from its bits: a -0.0 literal may become +0.0), which keeps a -0.0 value's sign
-    bits, ints = _NEGATIVE_ZERO_BITS[target]
-    return f"({text} + tl.full({fill_shape}, {bits}, {ints}).to({tl_dtype(target)}, bitcast=True))"
+    return f"({text} + {_negative_zero(fill_shape, target)})"  # (x + -0.0 is x for every x, -0.0 included)
 
 
-_NEGATIVE_ZERO_BITS = {torch.float64: (-2**63, "tl.int64"), torch.float32: (-2**31, "tl.int32"),
-                       torch.float16: (-2**15, "tl.int16"), torch.bfloat16: (-2**15, "tl.int16")}
+def _negative_zero(shape: str, target: torch.dtype) -> str:
+    """A tile of -0.0 in the compute dtype ``target`` (float32 or float64), built from its bits: Triton's constants
+    and constant folding lose the sign of zero."""
+    bits, ints = (-2**63, "tl.int64") if target == torch.float64 else (-2**31, "tl.int32")
+    return f"tl.full({shape}, {bits}, {ints}).to({tl_dtype(target)}, bitcast=True)"
 
 
 def _jit_argument(text: str, dtype: torch.dtype) -> str:
@@ -291,13 +290,13 @@ def _emit_call(w: Writer, ctx: ScalarContext, expr: Call | JitCall, operands: li
         result = ctx.names.fresh("t")
         read = ctx.runtime_reads.get(operands[0]) or _WEAK_DECODERS[spec.runtime].format(runtime_parameter(operands[0]))
         w.line(f"{result} = {read}")
-        return Value(result, _WEAK_DTYPES[spec.runtime], True, weak=True)
+        return Value(result, CARRIERS[spec.runtime], True, weak=True)
     weak = isinstance(expr, Call) and any(isinstance(o, Value) and o.weak for o in operands) and \
         all(not isinstance(o, Value) or o.weak for o in operands)
     try:
         dtype = weak_call(expr.op, [o.meta() if isinstance(o, Value) else o for o in operands]).value if weak else \
             _torch_dtype(expr, operands)
-        dtype = _WEAK_DTYPES[type(dtype)] if weak else dtype
+        dtype = CARRIERS[type(dtype)] if weak else dtype
     except (RuntimeError, TypeError) as exc:
         name = expr.op if isinstance(expr, Call) else expr.fn.name
         kinds = ", ".join(("runtime " + type(o.meta()).__name__ if o.weak else str(o.dtype)[6:]) if isinstance(o, Value)

@@ -19,7 +19,7 @@ from pathlib import Path
 import lark
 
 from ..errors import ArgumentError, Location, ParseError, TricombError, UnknownNameError, caller_location
-from ..pipeline.scalars import KIND_NAMES, Parameter, is_number, plain_scalar, runtime_scalar
+from ..pipeline.scalars import HOLDS, KIND_NAMES, Parameter, is_number, plain_scalar, runtime_scalar
 from ..pipeline.shorthands import OPERATOR_ALIASES, SHORTHANDS
 from ..scalar.trace import BUILTINS, Traced
 from .lambdas import Expressions
@@ -170,8 +170,7 @@ class _Build(Expressions):
         if kind not in KIND_NAMES:
             raise ParseError(f"param {name}: {kind!r} is no kind of runtime scalar; write float, int or bool",
                              self._where(kind_token or items[0]))
-        if default is not None and type(default) not in {bool: (bool,), int: (bool, int),
-                                                          float: (bool, int, float)}[KIND_NAMES[kind]]:
+        if default is not None and type(default) not in HOLDS[KIND_NAMES[kind]]:
             raise ParseError(f"param {name}: {kind} = {default!r}: the value is a {type(default).__name__}; give a "
                              f"{kind}", self._where(items[0]))
         value = KIND_NAMES[kind](default) if default is not None else None

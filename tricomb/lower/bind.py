@@ -22,6 +22,7 @@ from torch._subclasses.fake_tensor import is_fake
 from ..errors import (AliasError, ArgumentError, ArityError, AxisError, DeviceError, DTypeError, ShapeError, TricombError,
                       UnsupportedError, caller_location)
 from ..pipeline.evaluate import evaluate_fields
+from ..pipeline.scalars import not_an_input
 from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from ..pipeline.verify import check_callable, iteration_axes, operator_commutes
 from .coordinates import coordinate_dims, index_axes
@@ -144,8 +145,7 @@ def _check_tensors(pipeline: PipelineIR, tensors: tuple) -> None:
     check_arity(pipeline, tensors)
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
-            raise DTypeError(f"input {i} is a {type(t).__name__}, neither a torch.Tensor nor a number (a bool, int "
-                             "or float: a runtime scalar); pass a tensor (torch.as_tensor(...)) or a number")
+            raise not_an_input(t, i)
         check_readable(i, t)
         if t.is_neg() or t.is_conj():
             raise DTypeError(f"input {i} is a torch.strided tensor with a lazy negation or conjugation; "

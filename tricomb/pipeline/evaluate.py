@@ -20,6 +20,7 @@ from ..scalar.ir import Call, Function, JitCall, fold
 from .ir import Attach, Lag, Map, PipelineIR, Reduce, Scan, ZipWith, new_inputs
 from .jit_apply import apply_jit
 from .operators import fold_reduce, fold_scan, identities
+from .scalars import CARRIERS
 from .verify import builtin_parts, iteration_axes, operator_identity, operator_spec
 
 OpHook = Callable[[torch.Tensor], torch.Tensor]
@@ -50,7 +51,6 @@ class Weak:
 
 # the values of the runtime scalars an evaluation reads, by index; None: a number of each one's kind (dtypes only)
 _RUNTIME_VALUES: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("tricomb_runtime_values", default=None)
-_CARRIERS = {bool: torch.bool, int: torch.int64, float: torch.float64}
 
 
 @contextlib.contextmanager
@@ -85,7 +85,7 @@ def weak_call(op: str, operands: list) -> Weak:
     elif op == "where":
         values = values[:1] + [int(v) if type(v) is bool and any(type(w) is not bool for w in values[1:]) else v
                                for v in values[1:]]
-    carriers = [torch.tensor(v, dtype=_CARRIERS[type(v)]) for v in values]
+    carriers = [torch.tensor(v, dtype=CARRIERS[type(v)]) for v in values]
     result = OPS[op].torch(*carriers)
     if result.is_floating_point() and result.dtype != torch.float64:
         result = OPS[op].torch(*(c.to(torch.float64) for c in carriers))

@@ -23,7 +23,9 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 
-from ..errors import ArgumentError, caller_location
+import torch
+
+from ..errors import ArgumentError, DTypeError, caller_location
 from ..scalar.builtins import OPS
 from ..scalar.ir import Arg, Call, Const, Function, as_expr, fold, rebuilt, substitute, walk
 from ..scalar.literals import NotExact, number_key, plain_number
@@ -31,6 +33,10 @@ from .ir import Attach, Map, PipelineIR, ZipWith, new_inputs, stream_widths
 
 KINDS = (bool, int, float)
 KIND_NAMES = {kind.__name__: kind for kind in KINDS}
+# the torch dtype a runtime scalar of each kind is held in, in a kernel and in the oracle: its value exactly
+CARRIERS = {bool: torch.bool, int: torch.int64, float: torch.float64}
+# the kinds whose values a runtime scalar of each kind holds exactly (a float scalar takes an int; an int one no float)
+HOLDS = {bool: (bool,), int: (bool, int), float: (bool, int, float)}
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,26 @@ def is_number(value) -> bool:
         return True
     numpy = sys.modules.get("numpy")
     return numpy is not None and isinstance(value, (numpy.bool_, numpy.integer, numpy.floating))
+
+
+def not_an_input(value, at: int) -> DTypeError:
+    """The error for input ``at``, ``value``, which is neither a tensor nor a number."""
+    return DTypeError(f"input {at} is a {type(value).__name__}, neither a torch.Tensor nor a number (a bool, int or "
+                      "float: a runtime scalar); pass a tensor (torch.as_tensor(...)) or a number", caller_location())
+
+
+def number_kind(value, at: int) -> str:
+    """The name of the kind of runtime scalar the number ``value`` (input ``at``) is read as: by its type alone, so
+    a tracer's number (a SymInt, a SymFloat, a constant torch.compile holds) has one too. Raises DTypeError
+    (:func:`not_an_input`) for what is no number."""
+    np = sys.modules.get("numpy")
+    if isinstance(value, (bool, torch.SymBool)) or np is not None and isinstance(value, np.bool_):
+        return "bool"
+    if isinstance(value, (int, torch.SymInt)) or np is not None and isinstance(value, np.integer):
+        return "int"
+    if isinstance(value, (float, torch.SymFloat)) or np is not None and isinstance(value, np.floating):
+        return "float"
+    raise not_an_input(value, at)
 
 
 def plain_scalar(value, what: str) -> bool | int | float:
@@ -177,5 +203,5 @@ def renumbered(pipeline: PipelineIR, moved: dict[int, int]) -> PipelineIR:
     return PipelineIR(tuple(stage(s) for s in pipeline.stages), pipeline.column_sums)
 
 
-__all__ = ["KIND_NAMES", "KINDS", "Parameter", "is_number", "plain_scalar", "runtime_op", "merged_parameters", "renumbered", "runtime_scalar", "used_scalars",
+__all__ = ["CARRIERS", "HOLDS", "KIND_NAMES", "KINDS", "Parameter", "not_an_input", "number_kind", "is_number", "plain_scalar", "runtime_op", "merged_parameters", "renumbered", "runtime_scalar", "used_scalars",
            "with_runtime_scalars"]

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import gc
 import operator
-import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy
 import torch
 from torch.types import Number
 
@@ -31,10 +29,10 @@ from ..errors import (AliasError, ArgumentError, ArityError, DeviceError, DTypeE
 from ..lower.bind import SUPPORTED_DTYPES, byte_range, overlap, same_elements
 from ..pipeline.evaluate import evaluate_fields, runtime_values
 from ..pipeline.ir import Map, PipelineIR, ZipWith
-from ..pipeline.scalars import is_number, plain_scalar
+from ..pipeline.scalars import KIND_NAMES, is_number, number_kind, plain_scalar
 from ..scalar.literals import number_key
 from ..serial import SERIAL
-from .launch import PipelineCache
+from .launch import PipelineCache, quiet
 from .loader import load_module
 from .lru import LRU
 
@@ -207,7 +205,7 @@ class ForeachRunner:
             _check_out_dtypes(key[1][len(lists):], dtypes)
         values = [[call.arguments[i][t] for t in positions] for _, i in per_tensor]
         prepared = self._prepared(module, lists, outs, values, shared, call.outs is not None)
-        return prepared if lists[0][0].is_cuda else _interpreted(prepared)
+        return prepared if lists[0][0].is_cuda else quiet(prepared)
 
     def _single_calls(self, call: _Call, positions: list[int], results: list, named: tuple) -> None:
         """Positions the foreach kernel does not take (strided tensors, shapes that differ): each a call of the
@@ -271,16 +269,6 @@ def _representative(call: _Call, t: int) -> tuple:
                  for a, r in zip(call.arguments, call.roles))
 
 
-def _interpreted(prepared):
-    """A launch through Triton's interpreter: one at a time in the process, quiet about masked-off lanes
-    (:func:`tricomb.runtime.launch._quiet` says why)."""
-    def launch(*arguments):
-        with SERIAL, numpy.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Conversion of an array with ndim > 0 to a scalar", DeprecationWarning)
-            prepared(*arguments)
-    return launch
-
-
 _ADDRESS, _NUMEL, _DIM = torch.Tensor.data_ptr, torch.Tensor.numel, torch.Tensor.dim
 _CONTIGUOUS, _NEGATED = torch.Tensor.is_contiguous, torch.Tensor.is_neg
 _DTYPE = operator.attrgetter("dtype")
@@ -290,8 +278,8 @@ def _signature(arguments: tuple, out) -> tuple | None:
     """What makes a call into ``out=`` the same as an earlier one, or None where it cannot be (a strided tensor,
     something not a tensor where one is expected): per list of tensors its addresses, dtypes and shapes, and the
     first one's device; per list of numbers its values and their types; a shared tensor's address and dtype; a
-    number's type; torch's default dtype. Computed by C-level maps over the lists (for AdamW over 1000 tensors,
-    about 2 ms on the host: bench/optimizer.py's O2)."""
+    number's type; torch's default dtype. Computed by C-level maps over the lists (bench/optimizer.py's O2 times a
+    step over 1000 tensors)."""
     lists = [a for a in arguments if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
     lists += [out] if isinstance(out, (list, tuple)) and out and isinstance(out[0], torch.Tensor) else list(out)
     collecting = gc.isenabled()
@@ -300,7 +288,8 @@ def _signature(arguments: tuple, out) -> tuple | None:
         if not lists or not all(all(map(_CONTIGUOUS, ts)) for ts in lists):
             return None
         # the shapes by their sizes and ranks, and a hash of them all: kept, thousands of torch.Size objects would
-        # make every later collection of the process walk them (AdamW over 1000 tensors: 5.6 against 2.6 ms a step)
+        # make every later collection of the process walk them (AdamW over 1000 tensors on this project's CPU,
+        # launches stubbed: 5.6 against 3.1 ms a step)
         read: dict = {}  # (an out= list that is an input list, as an optimizer's, is read once)
         for ts in lists:
             if id(ts) not in read:
@@ -464,9 +453,7 @@ def _foreach_fake(key, tensors, numbers, layout):
 
 def _stand_in(number):
     """A number of ``number``'s kind (a tracer's symbol's too): what dtypes depend on."""
-    if isinstance(number, (bool, torch.SymBool)):
-        return True
-    return 1 if isinstance(number, (int, torch.SymInt)) else 1.0
+    return KIND_NAMES[number_kind(number, 0)](1)
 
 
 @torch.library.custom_op("tricomb::foreach_", mutates_args=("outs",))

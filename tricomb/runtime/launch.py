@@ -22,9 +22,9 @@ from torch._subclasses.fake_tensor import is_fake
 from .. import compiler
 from ..lower.bind import Binding, check_arity
 from ..lower.fuse import KernelPlan
-from ..errors import ArgumentError, DTypeError, UnsupportedError, caller_location, too_deeply_nested
+from ..errors import ArgumentError, UnsupportedError, caller_location, too_deeply_nested
 from ..pipeline.ir import PipelineIR, stage_functions
-from ..pipeline.scalars import KIND_NAMES, is_number, plain_scalar, used_scalars, with_runtime_scalars
+from ..pipeline.scalars import KIND_NAMES, is_number, not_an_input, plain_scalar, used_scalars, with_runtime_scalars
 from ..pipeline.verify import verify
 from ..scalar.inline import globals_key
 from ..scalar.ir import jit_functions
@@ -200,16 +200,17 @@ class ScalarForm:
     key: object = None
 
     def split(self, inputs: tuple, named: tuple = ()) -> tuple[tuple, tuple]:
-        """``inputs`` as the form's tensors and its runtime scalars (``named`` first, as numbered)."""
-        return tuple(inputs[i] for i in self.tensors), (*named, *(inputs[i] for i in self.numbers))
+        """``inputs`` as the form's tensors and its runtime scalars (``named`` first, as numbered; none where its
+        stages read none, as its module takes none)."""
+        scalars = (*named, *(inputs[i] for i in self.numbers)) if self.cache.reads_scalars else ()
+        return tuple(inputs[i] for i in self.tensors), scalars
 
 
 def _kind(value, at: int) -> str:
     """The kind of runtime scalar the number ``value``, input ``at``, is read as. Raises DTypeError for what is
     not a number, ArgumentError for a number no runtime scalar holds (:func:`plain_scalar`)."""
     if not is_number(value):
-        raise DTypeError(f"input {at} is a {type(value).__name__}, neither a torch.Tensor nor a number (a bool, int or "
-                         "float: a runtime scalar); pass a tensor (torch.as_tensor(...)) or a number", caller_location())
+        raise not_an_input(value, at)
     return type(plain_scalar(value, f"input {at}")).__name__
 
 
@@ -218,7 +219,6 @@ def _with_numbers(form: ScalarForm, prepared):
     def run(*inputs, out=None):
         tensors, scalars = form.split(inputs[:len(form.tensors) + len(form.numbers)],
                                       inputs[len(form.tensors) + len(form.numbers):])
-        scalars = scalars if form.cache.reads_scalars else ()
         try:
             return prepared(*tensors, *scalars, out=out)
         except struct.error:
@@ -228,14 +228,14 @@ def _with_numbers(form: ScalarForm, prepared):
     return run
 
 
-def _quiet(start):
+def quiet(start):
     """For the interpreter: one launch at a time in the process (:data:`~tricomb.serial.SERIAL`). Masked-off lanes of
     its numpy arrays compute log(0), 0/0, ...; nothing reads them. And Triton 3.6's interpreter calls int() on
     1-element arrays, which numpy 1.25 to 2.3 warn of (an error under ``-W error``); its result is right."""
-    def run(*tensors, out=None):
+    def run(*arguments, **keywords):
         with SERIAL, numpy.errstate(all="ignore"), warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Conversion of an array with ndim > 0 to a scalar", DeprecationWarning)
-            return start(*tensors, out=out)
+            return start(*arguments, **keywords)
     run.launcher = getattr(start, "launcher", None)
     return run
 
@@ -294,7 +294,6 @@ def _first_call(kept: PipelineCache, cache: dict, tensors: tuple, scalars: tuple
         inner, named = form.split(tensors, scalars)
         inner_cache = form.cache.entries() if form.cache.jit_refs else form.cache.layouts
         inner_key = fast_key(inner) if key is not None else None
-        named = named if form.cache.reads_scalars else ()  # (numbers the stages never read)
         result = _first_call(form.cache, inner_cache, inner, named, out, inner_key, overrides)
         if key is not None and inner_key in inner_cache:
             cache[key] = _with_numbers(form, inner_cache[inner_key])
@@ -305,7 +304,7 @@ def _first_call(kept: PipelineCache, cache: dict, tensors: tuple, scalars: tuple
         prepared = module.prepare(*tensors, *scalars, out=out, _checked=True, **overrides)
     with _triton_failures(pipeline):
         if interpret:
-            prepared = _quiet(prepared)
+            prepared = quiet(prepared)
         elif key is not None:
             return _first_launch(module, prepared, cache, key, (*tensors, *scalars))
         if key is not None:
@@ -371,5 +370,5 @@ def lowered(pipeline: PipelineIR, tensors: tuple, until: str = "fuse", record: l
         return compiler.lower(pipeline, tensors, until=until, record=record)
 
 
-__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "lowered", "needs_graph", "PipelineCache",
+__all__ = ["Binding", "Compiled", "compile_for", "emit_source", "lowered", "needs_graph", "PipelineCache", "quiet",
            "records_grad", "run", "schedule_overrides", "traced"]
