@@ -159,3 +159,48 @@ def test_tuple_operator_meaning_is_torch(name):
             want = getattr(torch, name)(values, 0)
             torch.testing.assert_close(torch.stack(prefix_values), want.values, equal_nan=True)
             assert torch.equal(torch.stack(prefix_positions), want.indices)
+
+
+def _subnormals(dtype):
+    """Subnormal numbers of ``dtype`` (the smallest, some between, the largest) and the smallest normal one, each
+    of both signs."""
+    tiny = torch.finfo(dtype).tiny
+    scales = [2.0 ** -23 if dtype == torch.float32 else 2.0 ** -52, 1e-3, 0.3, 0.999, 1.0]
+    x = torch.tensor([s * tiny for s in scales], dtype=torch.float64).to(dtype)
+    return torch.cat([x, -x])
+
+
+def _assert_exact_to_rounding(got, want, name):
+    """``got`` within four units in the last place of ``want`` (float64, the oracle's), counting a subnormal's
+    place as the smallest subnormal: so 0.0, -0.0 or an infinity where ``want`` is a subnormal or a finite number
+    fails."""
+    info = torch.finfo(got.dtype)
+    want = want.to(got.dtype).double()  # (beyond the dtype's range: its infinity)
+    place = torch.maximum(want.abs() * info.eps, torch.tensor(info.tiny * info.eps, dtype=torch.float64))
+    close = (got.double() - want).abs() <= 4 * place
+    same = (got.double() == want) | (got.isnan() & want.isnan()) | close
+    assert bool(same.all()), f"{name}: got {got[~same].tolist()}, float64 torch {want[~same].tolist()}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_builtin_keeps_subnormals(name, dtype, device):
+    """At subnormal inputs each float builtin gives torch's value in float64, rounded: no step of the kernel
+    flushes a subnormal to zero (floor(-1e-45) is -1, rsqrt(1e-40) is 1e20, sin(1e-40) is 1e-40)."""
+    x = _subnormals(dtype).to(device)
+    got = tc.map(getattr(tc, name))(x).cpu()
+    if got.dtype.is_floating_point:
+        _assert_exact_to_rounding(got, OPS[name].torch(x.cpu().double()), name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", [n for n in BINARY if not n.startswith("bitwise_")])
+def test_binary_builtin_keeps_subnormals(name, dtype, device):
+    """Subnormal operands, and products and quotients that are subnormal, give torch's value in float64,
+    rounded."""
+    x = _subnormals(dtype)
+    a = torch.cat([x, x, torch.full_like(x, 3.0), x * 2 ** 20])
+    b = torch.cat([torch.full_like(x, 3.0), x, x, torch.full_like(x, 2.0 ** -20)])
+    got = tc.zip_with(getattr(tc, name))(a.to(device), b.to(device)).cpu()
+    if got.dtype.is_floating_point:
+        _assert_exact_to_rounding(got, OPS[name].torch(a.double(), b.double()), name)

@@ -145,10 +145,11 @@ def emit_foreach_host(w: Writer, strategy: ForeachKernel, kernel: str) -> None:
         w.line(f"table, owners, cfg = _foreach_table(lists, per_tensor, ({per_tensor}{',' if per_tensor else ''}), "
                "schedule_foreach)")
         w.line("n, grid = len(lists[0]), owners.numel()")
+        w.line("options = _compile_options(table.device)")
         with w.block(f"def run({', '.join(shared + ['*scalars'])}):"):
             with w.block("if grid:"):
                 args = ", ".join(["table", "owners", *shared, *words, "n"])
-                w.line(f"{kernel}[(grid,)]({args}, BLOCK=cfg['BLOCK'], WIDE=cfg['WIDE'], num_warps=cfg['num_warps'])")
+                w.line(f"{kernel}[(grid,)]({args}, BLOCK=cfg['BLOCK'], WIDE=cfg['WIDE'], num_warps=cfg['num_warps'], **options)")
         w.line("run.tables = table, owners", comment="the device tables the launches read, kept alive with them")
         w.line("return run")
     w.line()

@@ -162,6 +162,14 @@ def _no_hooks():
     return all(h is None or not getattr(h, "calls", True) for h in (runtime.launch_enter_hook, runtime.launch_exit_hook))
 
 
+def _compile_options(device):
+    """Triton's compile options beyond the schedule's: on CUDA, libdevice without flush-to-zero, as torch's own
+    kernels are built (with Triton's default, ``__CUDA_FTZ``, sqrt, sin, floor, ... of a float32 subnormal give
+    0 or inf: ``bench/experiments/subnormals.py``)."""
+    cuda = device.type == "cuda" and torch.version.hip is None
+    return {"enable_reflect_ftz": False} if cuda else {}
+
+
 class _Launcher:
     """One kernel launch with every argument fixed but the tensors of the slots. The first call goes through
     Triton's ``kernel[grid](...)``, which binds the arguments, compiles (or tunes) and returns the compiled
@@ -175,6 +183,8 @@ class _Launcher:
     tracer's graph by ``torch.library.wrap_triton``, where Inductor compiles and launches the kernel itself."""
 
     def __init__(self, fn, grid, rest, meta, device, status=None, reset=None, traced=False):
+        if not traced:  # (a traced launch is compiled by Inductor, with its own options)
+            meta = {**meta, **_compile_options(device)}
         self.fn, self.grid, self.rest, self.meta, self.device = fn, grid, rest, meta, device
         self.status, self.reset, self.traced = status, reset, traced
         self.compiled = self.chosen = None
