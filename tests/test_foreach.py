@@ -241,6 +241,50 @@ def test_adamw_step_follows_torch(device):
         torch.testing.assert_close(m, optimizer.state[r]["exp_avg"], rtol=1e-5, atol=1e-6)
 
 
+def test_a_call_refused_by_a_later_group_writes_nothing(device):
+    """Every group's launch is made and checked before any runs: a dtype refused at the second group leaves the
+    first group's tensors as they were (a retried step is not applied twice)."""
+    params = [torch.randn(4, device=device), torch.randn(4, device=device, dtype=torch.float64)]
+    grads = [torch.randn_like(p) for p in params]
+    moments = [torch.zeros_like(p) for p in params]
+    squares = [torch.zeros(4, device=device), torch.zeros(4, device=device)]  # the second's dtype is wrong
+    kept = [p.clone() for p in params + moments]
+    with pytest.raises(tc.DTypeError):
+        tc.library.adamw_step(params, grads, moments, squares, lr=0.1, step=1)
+    assert all(torch.equal(a, b) for a, b in zip(params + moments, kept))
+    strided = torch.randn(4, 2, device=device)[:, 0]
+    with pytest.raises(tc.DTypeError):
+        tc.foreach(STEP)([params[0], strided], [grads[0], strided], 0.1,
+                         out=[params[0], torch.empty(4, device=device, dtype=torch.int32)])
+    assert torch.equal(params[0], kept[0])
+
+
+def test_writes_in_place_are_seen_by_autograd(device):
+    """A tensor written through out= has a new version, so a backward that saved it raises as torch's would."""
+    w = torch.randn(3, device=device, requires_grad=True)
+    b = torch.ones(3, device=device)
+    loss = (w * b).sum()
+    tc.foreach(STEP)([b], [b], 0.5, out=[b])
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    loss = (w * b).sum()
+    STEP(b, b, 0.5, out=b)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_shared_tensors_get_the_checks_list_tensors_get(device):
+    ps = [torch.ones(3, device=device)]
+    with pytest.raises(tc.DTypeError, match="argument 2 has a lazy negation"):
+        tc.foreach(STEP)(ps, ps, torch._neg_view(torch.tensor(0.5, device=device)))
+    with pytest.raises(tc.UnsupportedError, match="no autograd history"):
+        tc.foreach(STEP)(ps, ps, torch.tensor(0.5, device=device, requires_grad=True))
+    leaf = torch.ones(3, device=device, requires_grad=True)
+    with pytest.raises(tc.UnsupportedError, match="no autograd history"):
+        tc.foreach(STEP)(ps, ps, 0.5, out=[leaf])
+    assert torch.equal(leaf.detach(), torch.ones(3, device=device))
+
+
 def test_adamw_step_takes_a_step_tensor_and_refuses_step_0(device):
     params, grads = _tensors([3, 7], device), _tensors([3, 7], device, seed=1)
     moments = [[torch.zeros_like(p) for p in params] for _ in range(2)]
@@ -249,8 +293,9 @@ def test_adamw_step_takes_a_step_tensor_and_refuses_step_0(device):
     again = [p.clone() for p in reference]
     tc.library.adamw_step(again, grads, *[[torch.zeros_like(p) for p in again] for _ in range(2)], lr=1e-2, step=1)
     torch.testing.assert_close(params, again)
-    with pytest.raises(tc.ArgumentError, match="step=0: the step's number counts from 1"):
-        tc.library.adamw_step(params, grads, *moments, lr=1e-2, step=0)
+    for step in (0, 0.0, 0.5, 2 ** 63):
+        with pytest.raises(tc.ArgumentError, match=f"step={step}: the step's number counts from 1"):
+            tc.library.adamw_step(params, grads, *moments, lr=1e-2, step=step)
     with pytest.raises(tc.ArgumentError, match="lr='0.1': give a number"):
         tc.library.adamw_step(params, grads, *moments, lr="0.1", step=1)
 

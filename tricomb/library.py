@@ -395,10 +395,13 @@ def adamw_step(params, grads, exp_avgs, exp_avg_sqs, *, lr, beta1: float = 0.9, 
     The update is torch.optim.AdamW's (amsgrad and maximize off): decay ``p *= 1 - lr * weight_decay``; moments
     ``m += (1 - beta1) * (g - m)``, ``v = beta2 * v + (1 - beta2) * g * g``; then
     ``p -= lr / (1 - beta1 ** step) * m / (sqrt(v) / sqrt(1 - beta2 ** step) + eps)``, the bias corrections
-    computed in double precision as Python computes them. Raises what :class:`tricomb.Foreach` raises."""
-    if isinstance(step, numbers.Integral) and not isinstance(step, bool) and step < 1:
+    computed in double precision as Python computes them. Raises what :class:`tricomb.Foreach` raises, and
+    ArgumentError for a ``step`` number below 1 or from 2**63 (a 0-d tensor's value is not read: that would wait
+    for the device; 0 there gives NaN parameters, as in torch)."""
+    if isinstance(step, numbers.Real) and not isinstance(step, bool) and not 1 <= step < 2 ** 63:
         raise ArgumentError(f"step={step}: the step's number counts from 1 (torch's state['step'] after its "
-                            "increment); the bias corrections divide by 1 - beta ** step", caller_location())
+                            "increment) and is below 2**63; the bias corrections divide by 1 - beta ** step",
+                            caller_location())
     for name, value in (("lr", lr), ("beta1", beta1), ("beta2", beta2), ("eps", eps), ("weight_decay", weight_decay),
                         ("step", step)):
         if not isinstance(value, (numbers.Real, torch.Tensor)) or isinstance(value, torch.Tensor) and value.dim():

@@ -106,7 +106,9 @@ def _launch(ref: JitRef, stacked: torch.Tensor, out: torch.Tensor) -> None:
     with SERIAL, _quiet() if interpret else torch.cuda.device(stacked.device):
         fn = _load(globals_key([ref]), ref, interpret)
         try:
-            _kernel(interpret)[(triton.cdiv(n, block),)](out, stacked, n, FN=fn, ARITY=arity, BLOCK=block)
+            # libdevice without flush-to-zero on CUDA, as tricomb's kernels are linked (codegen.host._compile_options)
+            options = {} if interpret or torch.version.hip else {"enable_reflect_ftz": False}
+            _kernel(interpret)[(triton.cdiv(n, block),)](out, stacked, n, FN=fn, ARITY=arity, BLOCK=block, **options)
         except (CompilationError, InterpreterError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise UnsupportedError(f"the torch reference could not run the @triton.jit function {ref.name!r} on "

@@ -127,13 +127,14 @@ class ForeachRunner:
         found = self.calls.get(signature) if signature is not None else None
         if found is not None:
             numbers, launches = found
+            _keep_if_captured(launches)
             scalars = (*named, *(plain_scalar(arguments[i], f"argument {i}") if scalar else 0 for i, scalar in numbers))
             for launch, shared in launches:
                 launch(*(arguments[i] for i in shared), *scalars)
+            torch.autograd.graph.increment_version(found_outs(out, self.cache.pipeline.width))
             return out
         call = classify(arguments, out, self.cache.pipeline.num_inputs, self.cache.pipeline.width)
-        if torch.is_grad_enabled() and any(t.requires_grad for a, r in zip(arguments, call.roles) if r == LIST
-                                           for t in a):
+        if torch.is_grad_enabled() and any(t.requires_grad for t in _tensors(call)):
             raise UnsupportedError("tc.foreach records no autograd history; call it under torch.no_grad(), as "
                                    "optimizer steps are", caller_location())
         form = self.cache.form(_representative(call, 0))
@@ -148,17 +149,24 @@ class ForeachRunner:
         if call.outs is not None:
             _check_no_crossing([a for a, r in zip(arguments, call.roles) if r == LIST] + list(call.outs),
                                len(call.outs))
+        steps = []  # every group's launch made and checked before any runs: a refused call writes nothing
         for key, positions in self._groups(call).items():
             if key is None:
-                self._single_calls(call, positions, results, named)
+                self._check_single_calls(call, positions)
+                steps.append((None, positions))
                 signature = None  # (not kept: these positions take the full path each call)
                 continue
-            launch = self._group_launch(self.cache.form(_representative(call, positions[0])), call, key, positions,
-                                        per_tensor, results)
+            steps.append((self._group_launch(self.cache.form(_representative(call, positions[0])), call, key,
+                                             positions, per_tensor, results), positions))
+        for launch, positions in steps:
+            if launch is None:
+                self._single_calls(call, positions, results, named)
+                continue
             launch(*(arguments[i] for i in shared), *scalars)
             launches.append((launch, shared))
         if call.outs is None:
             return results[0] if width == 1 else tuple(results)
+        torch.autograd.graph.increment_version([t for o in call.outs for t in o])
         if signature is not None:
             self.calls[signature] = (numbers, launches)
         return out
@@ -172,6 +180,10 @@ class ForeachRunner:
         numbers = [a for a, r in zip(call.arguments, call.roles) if r == PER_TENSOR]
         groups: dict = {}
         devices = {a.device for a, r in zip(call.arguments, call.roles) if r == SHARED}
+        for i, (a, r) in enumerate(zip(call.arguments, call.roles)):
+            if r == SHARED and (a.is_neg() or a.is_conj()):
+                raise DTypeError(f"argument {i} has a lazy negation or conjugation bit, which foreach's loads would "
+                                 "not honour; pass a plain tensor (.resolve_neg())", caller_location())
         for t in range(call.n):
             tensors = [ts[t] for ts in lists]
             first = tensors[0]
@@ -205,7 +217,18 @@ class ForeachRunner:
             _check_out_dtypes(key[1][len(lists):], dtypes)
         values = [[call.arguments[i][t] for t in positions] for _, i in per_tensor]
         prepared = self._prepared(module, lists, outs, values, shared, call.outs is not None)
-        return prepared if lists[0][0].is_cuda else quiet(prepared)
+        return _on_device(prepared, lists[0][0].device) if lists[0][0].is_cuda else quiet(prepared)
+
+    def _check_single_calls(self, call: _Call, positions: list[int]) -> None:
+        """Bind each position the foreach kernel does not take, as its call will: its errors come before any
+        launch."""
+        for t in positions:
+            inputs = tuple(a[t] if r in (LIST, PER_TENSOR) else a for a, r in zip(call.arguments, call.roles))
+            out = None if call.outs is None else (call.outs[0][t] if len(call.outs) == 1 else
+                                                  tuple(o[t] for o in call.outs))
+            form = self.cache.form(inputs)
+            tensors, _ = form.split(inputs)
+            compiler.lower(form.ir, tensors, out, until="check_dtypes")
 
     def _single_calls(self, call: _Call, positions: list[int], results: list, named: tuple) -> None:
         """Positions the foreach kernel does not take (strided tensors, shapes that differ): each a call of the
@@ -255,12 +278,57 @@ class ForeachRunner:
                tuple(tuple(map(number_key, v)) for v in values), tuple((s.data_ptr(), s.dtype) for s in shared))
         prepared = self.prepared.get(key) if keep else None
         if prepared is None:
+            if _capturing(tables[0][0]):
+                raise UnsupportedError("tc.foreach copies its table of the tensors' addresses to the device on its "
+                                       "first call with them, which a CUDA graph capture does not allow: call it "
+                                       "once with the same tensors and out= lists before capturing (a warm-up)",
+                                       caller_location())
             if keep:
                 _check_outs(outs, lists, shared)
             prepared = module.prepare(tables, values)
             if keep:
                 self.prepared[key] = prepared
+        _keep_if_captured([(prepared, ())])
         return prepared
+
+
+# Launches a CUDA graph captured: a replay reads their tables, so they live as long as the process.
+_CAPTURED: list = []
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def _keep_if_captured(launches) -> None:
+    """Keep ``launches`` (with their device tables) for good when a CUDA graph is capturing them."""
+    if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
+        _CAPTURED.extend(launch for launch, _ in launches)
+
+
+def _on_device(prepared, device: torch.device):
+    """``prepared`` launched with ``device`` current: Triton launches on the current device and its stream."""
+    index = device.index
+
+    def run(*arguments):
+        if torch.cuda.current_device() == index:
+            return prepared(*arguments)
+        with torch.cuda.device(index):
+            return prepared(*arguments)
+    run.tables = getattr(prepared, "tables", None)
+    return run
+
+
+def _tensors(call: _Call) -> list[torch.Tensor]:
+    """Every tensor of a call: the lists', the shared ones, out='s."""
+    lists = [t for a, r in zip(call.arguments, call.roles) if r == LIST for t in a]
+    shared = [a for a, r in zip(call.arguments, call.roles) if r == SHARED]
+    return lists + shared + [t for o in call.outs or () for t in o]
+
+
+def found_outs(out, width: int) -> list[torch.Tensor]:
+    """Every tensor of a call's ``out=`` lists (one list, or a tuple of ``width`` lists)."""
+    return [t for o in (out if width > 1 else (out,)) for t in o]
 
 
 def _representative(call: _Call, t: int) -> tuple:

@@ -280,9 +280,12 @@ def run(pipeline: PipelineIR, kept: PipelineCache, tensors: tuple, out: torch.Te
         return graph(tensors, out)
     try:
         with SERIAL:
-            return _first_call(kept, cache, tensors, scalars, out, key, overrides)
+            result = _first_call(kept, cache, tensors, scalars, out, key, overrides)
     except RecursionError:
         raise too_deeply_nested() from None
+    if out is not None:  # (written in place: autograd must see that a tensor it saved has changed)
+        torch.autograd.graph.increment_version(list(out) if isinstance(out, (tuple, list)) else out)
+    return result
 
 
 def _first_call(kept: PipelineCache, cache: dict, tensors: tuple, scalars: tuple, out, key,
