@@ -128,6 +128,8 @@ def test_bad_arguments_are_refused_before_anything_runs(device):
         tc.foreach(tc.map(tc.exp))(2.0)
     with pytest.raises(tc.ArityError, match="foreach takes 3 arguments"):
         step(ps, ps)
+    with pytest.raises(tc.ArgumentError, match="argument 1 holds NoneType at position 1 among tensors"):
+        step(ps, [ps[0], None], 0.1)
     with pytest.raises(tc.UnsupportedError, match="stage 0 is a reduce"):
         tc.foreach(tc.sum())
     with pytest.raises(tc.ArgumentError, match="out must be a list of 2 tensors"):

@@ -23,6 +23,7 @@ LAYERS = [
     ("autograd", {"autograd"}),  # backward pipelines: stage IR to stage IR, run by the runtime's operator
     ("runtime", {"runtime"}),
     ("api", {"api", "library", "library_backward", "__init__", "dsl", "cli", "commands", "testing", "__main__"}),
+    ("distributed", {"distributed"}),  # pipelines over shards: the api's pipelines plus torch.distributed's gathers
 ]
 
 # The torch oracle: every tricomb module these import (transitively, but for each other) is in these layers.

@@ -5,6 +5,7 @@ import builtins
 import functools
 import math
 import numbers
+import sys
 
 import torch
 
@@ -80,6 +81,13 @@ def _nesting_refused(method):
     return guarded
 
 
+_DTENSORS = "torch.distributed.tensor"  # (no DTensor exists before this module is imported)
+DTENSOR_CALLS: list = []  # the call on DTensor inputs, set when tricomb.distributed (a layer above) is imported
+
+
+def _is_dtensor(value) -> bool:
+    return type(value).__name__ == "DTensor" and isinstance(value, torch.Tensor)
+
 class Pipeline:
     """A composition of stages that compiles to one Triton kernel per input layout.
 
@@ -120,6 +128,8 @@ class Pipeline:
 
     def __call__(self, *inputs: torch.Tensor, out: torch.Tensor | None = None, **named) -> torch.Tensor:
         # (the launch path: its slow part refuses deep nesting itself, so a repeated call pays no wrapper)
+        if _DTENSORS in sys.modules and builtins.any(_is_dtensor(x) for x in inputs):
+            return self._on_dtensors(inputs, out, named)
         given = self._given(named) if named or self.parameters else ()
         if torch.compiler.is_compiling():  # (first: torch.compile traces this branch alone)
             key, tensors, scalars = self._operator_call(inputs, given)
@@ -128,6 +138,16 @@ class Pipeline:
             graph = functools.partial(self._through_operator, given=given) if given else self._through_operator
             result = launch.run(self.ir, self._cache, inputs, out, graph, given)
         return result if self._named is None else self._named(result)
+
+    def _on_dtensors(self, inputs: tuple, out, named: dict):
+        """The call on DTensors: each rank's kernels on its shard, a gather per fold (:mod:`tricomb.distributed`)."""
+        if not DTENSOR_CALLS:
+            raise UnsupportedError("DTensor inputs are taken once tricomb.distributed is imported: add "
+                                   "`import tricomb.distributed`", caller_location())
+        if out is not None:
+            raise UnsupportedError("out= is not taken with DTensor inputs: the result is a new DTensor; copy it "
+                                   "into your buffer after the call", caller_location())
+        return DTENSOR_CALLS[0](self, inputs, named)
 
     def _given(self, named: dict) -> tuple:
         """The values of the runtime scalars the pipeline names, from a call's keywords (else their defaults).
@@ -147,8 +167,9 @@ class Pipeline:
             value = named.get(p.name, p.default)
             if value is None:
                 raise ArgumentError(f"{p.name}= is not given: the pipeline reads the runtime scalar {p.name} (a "
-                                    f"{p.kind.__name__}), given by keyword at each call; call pipe(..., "
-                                    f"{p.name}=value)", caller_location())
+                                    f"{p.kind.__name__}), given by keyword at each call, never by position (a "
+                                    f"number by position is one of the inputs); call pipe(..., {p.name}=value)",
+                                    caller_location())
             values.append(_parameter_value(p, value))
         return tuple(values)
 

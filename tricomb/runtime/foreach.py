@@ -72,6 +72,11 @@ def _role(value, i: int) -> str:
             return LIST
         if value and all(is_number(v) for v in value):
             return PER_TENSOR
+    if isinstance(value, (list, tuple)):
+        bad = next(j for j, v in enumerate(value) if not isinstance(v, torch.Tensor))
+        raise ArgumentError(f"argument {i} holds {type(value[bad]).__name__} at position {bad} among tensors; give "
+                            "a tensor at every position (leave a parameter with no gradient out of every list, as "
+                            "torch's optimizers skip it)", caller_location())
     raise ArgumentError(f"argument {i} is a {type(value).__name__}; give a list of tensors (one per position), a "
                         "number or a 0-d tensor (one for all), or a list of numbers (one per position)",
                         caller_location())
