@@ -29,6 +29,9 @@ def _cases():
     return {
         "sum": (tc.parse("sum(axis=-1)"), lambda n: (torch.randn(3, n),), False),
         "max": (tc.parse("max(axis=-1)"), lambda n: (torch.randn(3, n),), False),
+        "max with NaN": (tc.parse("max(axis=-1)"), lambda n: (torch.randn(3, n).masked_fill(torch.arange(n) == n - 1,
+                                                                                             math.nan),), False),
+        "rms_norm": (tc.library.rms_norm(), lambda n: (torch.randn(3, n), torch.randn(n)), True),
         "mean over both axes": (tc.parse("mean"), lambda n: (torch.randn(3, n),), False),
         "argmax with ties": (tc.parse("argmax(axis=-1)"), lambda n: (torch.randint(0, 3, (3, n)).float(),), False),
         "Welford variance": (tc.library.var(axis=-1), lambda n: (torch.randn(3, n) + 5,), False),
@@ -98,21 +101,26 @@ def _check_dtensors(mesh, world):
     torch.testing.assert_close(tc.parse("cumsum")(rows).full_tensor(), torch.cumsum(x, -1))
 
 
-def _check_gathers(sizes, index):
-    """One all_gather per fold along the sharded axis (the lengths given): a softmax's two attaches are one."""
+def _check_collectives(sizes, index):
+    """One collective per fold along the sharded axis (the lengths given): an all_reduce for a sum, an all_gather
+    for every other fold; a softmax's two attaches are one."""
     from tricomb.distributed import run
     x = torch.randn(3, sizes[index])
     calls = []
-    real = run.dist.all_gather
-    run.dist.all_gather = lambda *a, **k: (calls.append(1), real(*a, **k))[1]
+    real = run.dist.all_gather, run.dist.all_reduce
+    run.dist.all_gather = lambda *a, **k: (calls.append("gather"), real[0](*a, **k))[1]
+    run.dist.all_reduce = lambda *a, **k: (calls.append("reduce"), real[1](*a, **k))[1]
     try:
-        for pipe, want in ((tc.library.softmax(), 1), (tc.parse("cumsum"), 1), (tc.parse("argmax(axis=-1)"), 1),
-                           (tc.parse("scan maximum | zip_with sub | max(axis=-1)"), 2), (tc.parse("map exp"), 0)):
+        for pipe, want in ((tc.library.softmax(), ["gather"]), (tc.parse("cumsum"), ["gather"]),
+                           (tc.parse("argmax(axis=-1)"), ["gather"]), (tc.parse("sum(axis=-1)"), ["reduce"]),
+                           (tc.library.rms_norm(weight=False), ["reduce"]), (tc.parse("max"), ["gather"]),
+                           (tc.parse("scan maximum | zip_with sub | max(axis=-1)"), ["gather", "gather"]),
+                           (tc.parse("map exp"), [])):
             calls.clear()
             tc.distributed.call(pipe, *([x] * pipe.ir.num_inputs), sizes=sizes)
-            assert len(calls) == want, (str(pipe), len(calls))
+            assert calls == want, (str(pipe), calls)
     finally:
-        run.dist.all_gather = real
+        run.dist.all_gather, run.dist.all_reduce = real
 
 
 def _check_errors(sizes, index):
@@ -134,8 +142,8 @@ def _worker(index, sizes, init, report):
               for name, (pipe, make, keeps) in _cases().items()]
     checks += [(f"gradient of {name}", lambda p=pipe, m=make, k=keeps: _check_gradient(p, m, sizes, k, index))
                for name, (pipe, make, keeps) in _cases().items()
-               if name in ("sum", "cumsum", "reversed linear recurrence", "softmax", "scan then reduce")]
-    checks += [("errors", lambda: _check_errors(sizes, index)), ("gathers", lambda: _check_gathers(sizes, index))]
+               if name in ("sum", "cumsum", "reversed linear recurrence", "softmax", "scan then reduce", "rms_norm")]
+    checks += [("errors", lambda: _check_errors(sizes, index)), ("collectives", lambda: _check_collectives(sizes, index))]
     checks += [("DTensor", lambda: _check_dtensors(init_device_mesh("cpu", (len(sizes),)), len(sizes)))]
     for name, check in checks:
         torch.manual_seed(0)  # (every rank builds the same whole inputs)

@@ -63,8 +63,8 @@ def call(pipe, *inputs, axis: int = -1, group=None, sizes=None, **named):
     Returns this rank's part of the result: where the result keeps ``axis`` (maps, scans, attaches), the part
     for this shard; where a reduce removed it, the whole result, the same on every rank. Positions along the
     axis (``tc.index``, argmax, cummax's indices) are those of the whole tensor. Each reduce, scan or attach
-    along the axis gathers its states once (``torch.distributed.all_gather``: NCCL on GPUs, gloo on the CPU),
-    differentiably when they need gradients. Raises ArgumentError for an axis, sizes or group that do not fit,
+    along the axis costs one collective of its states (an all_reduce for a sum, else an all_gather; NCCL on
+    GPUs, gloo on the CPU), differentiable when they need gradients. Raises ArgumentError for an axis, sizes or group that do not fit,
     UnsupportedError for a fold with no sharded form (nanmean; argmax over several axes)."""
     where = caller_location()
     if not dist.is_available() or not dist.is_initialized():

@@ -133,6 +133,14 @@ def _refused(stage: Reduce, axis: int, count: int) -> Split:
                            stage.location)
 
 
+def summed(combine: Reduce) -> bool:
+    """Whether the ranks' states are combined by a builtin sum of one field: then one all_reduce adds them (its
+    order of additions is the backend's, a rounding's difference from rank order). Maximum and minimum are
+    gathered instead: a backend's max need not propagate NaN as torch's does."""
+    spec = operator_spec(combine.op)
+    return spec is not None and spec.name == "add" and combine.identity in (None, 0, 0.0)
+
+
 def _kind(stage: Reduce) -> str:
     if stage.index:
         return "index"

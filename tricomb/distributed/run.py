@@ -11,9 +11,10 @@ they are (positions along the axis read as global ones). At the first fold along
   of the ranks before this one (after it, reversed) into a seed, and the scan is seeded in the shard's own
   kernel (a zip_with after it); the walk goes on.
 
-When no fold along the axis is left, one kernel runs the stages on the shard. The gathers are
-``torch.distributed.all_gather`` of the states (one call for states of one dtype; the backend's: NCCL on GPUs,
-gloo on the CPU), with a backward when a state needs gradients (:class:`_Gathered`): a reduce's or an attach's
+When no fold along the axis is left, one kernel runs the stages on the shard. A sum's states are added by one
+``torch.distributed.all_reduce`` instead of gathered (:func:`.rules.summed`). The gathers are one
+``torch.distributed.all_gather`` of every state field's bytes (the backend's: NCCL on GPUs, gloo on the CPU),
+with a backward when a state needs gradients (:class:`_Gathered`): a reduce's or an attach's
 combine whose result is replicated is the same on every rank, so a state's gradient is its own rank's; a scan's
 seeds and an attach's fields are read by each rank for its own shard, so their states' gradients are summed over
 the ranks (one all_reduce).
@@ -201,6 +202,26 @@ class _Tie(torch.autograd.Function):
         return (None, *grads, *zeros)
 
 
+class _Summed(torch.autograd.Function):
+    """A sum's state added over every rank (one all_reduce), with its gradient: ``shared`` (a result the same on
+    every rank) passes each rank's gradient through; otherwise (read by each rank for its own shard) the ranks'
+    gradients are summed, as :class:`_Gathered`'s."""
+
+    @staticmethod
+    def forward(ctx, state: torch.Tensor, shared: bool, group):
+        ctx.shared, ctx.group = shared, group
+        total = state.contiguous().clone()
+        dist.all_reduce(total, group=group)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        if not ctx.shared:
+            grad = grad.contiguous().clone()
+            dist.all_reduce(grad, group=ctx.group)
+        return grad, None, None
+
+
 def _tied(result: tuple, gathered: list) -> tuple:
     if not gathered or not torch.is_grad_enabled():
         return result
@@ -249,9 +270,29 @@ class Walk:
         shape = _stream_shape(self.stages, self.inputs, at, self.sharding.rank)
         split = rules.split_reduce(stage, axis, _count(stage, shape, self.sharding, rank, axis))
         n = _consumed(self.stages, at + 1)
-        states = self._states(self.stages[:at] + list(split.state), self.inputs[:n], shared=True)
-        rest = _combine_stages(len(states), split.combine, list(split.finish) + self.stages[at + 1:])
-        return _call(rest, states + self.inputs[n:], self.parameters, self.named, None)
+        local = self.stages[:at] + list(split.state)
+        then = list(split.finish) + self.stages[at + 1:]
+        return self._combined(local, self.inputs[:n], split, then, self.inputs[n:], shared=True)
+
+    def _combined(self, local, inputs, split: rules.Split, then, extra, shared: bool) -> tuple:
+        """The fold's result over every rank (its ``local`` stages on the shard, then one collective and the
+        combine), then the stages ``then``, which take ``extra`` inputs. A sum's states are added by one
+        all_reduce; every other fold's are gathered and combined in rank order."""
+        if not rules.summed(split.combine):
+            states = self._states(local, inputs, shared)
+            return _call(_combine_stages(len(states), split.combine, then), states + list(extra), self.parameters,
+                         self.named, None)
+        empty = self.sharding.sizes[self.sharding.index] == 0
+        (state,) = _call(local, _stand_ins(inputs, self.sharding) if empty else inputs, self.parameters, self.named,
+                         self.sharding)
+        if empty:  # the sum's identity, still joined to the shard for a backward that must reach the all_reduce
+            state = torch.where(torch.zeros_like(state, dtype=torch.bool), state, torch.zeros_like(state))
+        total = _Summed.apply(state, shared, self.sharding.group)
+        if not shared and total.requires_grad:
+            self.gathered.append(total)
+        if not then:
+            return (total,)
+        return _call(tuple(then), [total, *extra], self.parameters, self.named, None)
 
     def _scan(self, at: int, stage: Scan) -> int:
         rank, axis = self._place(at)
@@ -282,10 +323,9 @@ class Walk:
         split = rules.split_reduce(stage.reduce, axis, _count(stage.reduce, shape, self.sharding, rank, axis))
         n = _consumed(self.stages, at + 1)
         local = self.stages[:at] + list(inner[:stage.reduce_at]) + list(split.state)
-        states = self._states(local, self.inputs[:n], shared=False)  # (each rank reads them for its own shard)
         finish = list(split.finish) + list(inner[stage.reduce_at + 1:])
-        attached = _call(_combine_stages(len(states), split.combine, finish), states, self.parameters, self.named,
-                         None)
+        # (each rank reads the attached fields for its own shard: not shared)
+        attached = self._combined(local, self.inputs[:n], split, finish, (), shared=False)
         if not stage.reduce.keepdim:
             attached = tuple(_kept(t, rules.reduced_axes(stage.reduce, rank)) for t in attached)
         width = rules.widths(tuple(self.stages[:at]))[-1] if at else 1
