@@ -50,6 +50,12 @@ def _cases():
         "layer_norm with a sharded weight": (tc.library.layer_norm(),
                                              lambda n: (torch.randn(3, n), torch.randn(n), torch.randn(n)), True),
         "positions": (tc.map(lambda v: v * tc.index(-1)), lambda n: (torch.randn(3, n),), True),
+        "a scan keeping its left operand": (tc.scan(lambda a, b: a), lambda n: (torch.randn(3, n),),
+                                            True),
+        "argmax of a vector": (tc.parse("argmax"), lambda n: (torch.randn(n),), False),
+        "mean of a stream grown by a later input": (tc.map(lambda a: 2 * a) >> tc.zip_with(lambda a, b: a + b) >>
+                                                    tc.mean(), lambda n: (torch.randn(1, n), torch.randn(3, n)),
+                                                    False),
         "cross-entropy over a sharded vocabulary": (tc.library.cross_entropy(), logits, False),
     }
 
@@ -88,6 +94,19 @@ def _check_gradient(pipe, make, sizes, keeps_axis, index):
         torch.testing.assert_close(g, w.narrow(-1, start, length))
 
 
+def _check_broadcast_gradient(sizes, index):
+    """A broadcast input's gradient is this rank's share: the shares sum to the whole tensor's, with no NaN from an
+    empty shard's stand-in."""
+    pipe = tc.zip_with(lambda a, b: tc.log(a) * b) >> tc.sum(axis=-1)
+    x = torch.rand(3, sum(sizes), dtype=torch.float64) + 0.5
+    w = torch.randn(3, 1, dtype=torch.float64, requires_grad=True)
+    want, = torch.autograd.grad(pipe(x, w).sum(), w)
+    start = sum(sizes[:index])
+    share, = torch.autograd.grad(tc.distributed.call(pipe, x[:, start:start + sizes[index]], w).sum(), w)
+    dist.all_reduce(share)
+    torch.testing.assert_close(share, want)
+
+
 def _check_dtensors(mesh, world):
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     x = torch.randn(3, 2 * world + 1, generator=torch.Generator().manual_seed(3))
@@ -99,6 +118,17 @@ def _check_dtensors(mesh, world):
         torch.testing.assert_close(got.full_tensor(), want)
     rows = distribute_tensor(x, mesh, [Shard(0)])  # (sharded along an axis the scan does not combine)
     torch.testing.assert_close(tc.parse("cumsum")(rows).full_tensor(), torch.cumsum(x, -1))
+    y = torch.randn(3, 2 * world + 1, generator=torch.Generator().manual_seed(4))
+    mixed = tc.zip_with(lambda a, b: a * b) >> tc.cumsum()  # (a replicated input, whole along the sharded axis)
+    torch.testing.assert_close(mixed(sharded, distribute_tensor(y, mesh, [Replicate()])).full_tensor(),
+                               torch.cumsum(x * y, -1))
+    w = torch.randn(2 * world + 1, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    xs = distribute_tensor(x.double(), mesh, [Shard(0)]).requires_grad_()
+    ws = distribute_tensor(w, mesh, [Replicate()]).requires_grad_()
+    tc.library.layer_norm(bias=False)(xs, ws).sum().backward()
+    wf = w.clone().requires_grad_()
+    tc.library.layer_norm(bias=False)(x.double(), wf).sum().backward()
+    torch.testing.assert_close(ws.grad.full_tensor(), wf.grad)  # (a Partial gradient, summed)
 
 
 def _check_collectives(sizes, index):
@@ -123,6 +153,11 @@ def _check_collectives(sizes, index):
         run.dist.all_gather, run.dist.all_reduce = real
 
 
+def _check_all_empty(world):
+    for pipe, want in ((tc.parse("sum(axis=-1)"), torch.zeros(2)), (tc.parse("cumsum"), torch.zeros(2, 0))):
+        torch.testing.assert_close(tc.distributed.call(pipe, torch.zeros(2, 0), sizes=[0] * world), want)
+
+
 def _check_errors(sizes, index):
     x = torch.randn(2, sizes[index])
     with pytest.raises(tc.ArgumentError, match="axis=2 is no axis"):
@@ -131,6 +166,10 @@ def _check_errors(sizes, index):
         tc.distributed.call(tc.parse("cumsum"), x, sizes=[sizes[index]])
     with pytest.raises(tc.UnsupportedError, match="nanmean"):
         tc.distributed.call(tc.parse("nanmean(axis=-1)"), x, sizes=sizes)
+    with pytest.raises(tc.UnsupportedError, match="out= is not taken"):
+        tc.distributed.call(tc.parse("cumsum"), x, sizes=sizes, out=x)
+    with pytest.raises(tc.ArgumentError, match="elements along the sharded axis|inputs were refused"):  # (all do)
+        tc.distributed.call(tc.zip_with(tc.add), x, torch.ones(2, sum(sizes) + 2))
 
 
 def _worker(index, sizes, init, report):
@@ -143,7 +182,9 @@ def _worker(index, sizes, init, report):
     checks += [(f"gradient of {name}", lambda p=pipe, m=make, k=keeps: _check_gradient(p, m, sizes, k, index))
                for name, (pipe, make, keeps) in _cases().items()
                if name in ("sum", "cumsum", "reversed linear recurrence", "softmax", "scan then reduce", "rms_norm")]
-    checks += [("errors", lambda: _check_errors(sizes, index)), ("collectives", lambda: _check_collectives(sizes, index))]
+    checks += [("errors", lambda: _check_errors(sizes, index)), ("collectives", lambda: _check_collectives(sizes, index)),
+               ("a broadcast input's gradient", lambda: _check_broadcast_gradient(sizes, index)),
+               ("every shard empty", lambda: _check_all_empty(len(sizes)))]
     checks += [("DTensor", lambda: _check_dtensors(init_device_mesh("cpu", (len(sizes),)), len(sizes)))]
     for name, check in checks:
         torch.manual_seed(0)  # (every rank builds the same whole inputs)

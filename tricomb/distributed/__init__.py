@@ -33,16 +33,27 @@ def _stages(pipe, local: list) -> tuple:
     return (derived or pipe.ir).stages
 
 
-def _stream_rank(pipe, inputs) -> int:
+def _stream_rank(pipe, inputs, where) -> int:
+    """The rank of the stream the sharded axis is counted in: the first stage's inputs'. Raises UnsupportedError
+    for a later input of more dimensions (it would grow the stream after the axis was placed)."""
     first = inputs[:new_inputs(pipe.ir.stages)[0]]
-    return max((t.dim() for t in first if isinstance(t, torch.Tensor)), default=0)
+    rank = max((t.dim() for t in first if isinstance(t, torch.Tensor)), default=0)
+    if any(isinstance(t, torch.Tensor) and t.dim() > rank for t in inputs):
+        raise UnsupportedError(f"an input joining later has more dimensions than the first stage's inputs ({rank}); "
+                               "over sharded tensors the stream's rank is fixed at the start: give the first inputs "
+                               "every dimension (x[None] or x.expand(...)) first", where)
+    return rank
 
 
-def _length(inputs, axis: int, rank: int) -> int:
-    """The shard's length along ``axis``: the largest size there among the inputs that reach it."""
-    lengths = [t.shape[axis - (rank - t.dim())] for t in inputs
-               if isinstance(t, torch.Tensor) and 0 <= axis - (rank - t.dim())]
-    return max(lengths) if lengths and 0 not in lengths else 0
+def _length(inputs, axis: int, rank: int) -> tuple[int, str | None]:
+    """The shard's length along ``axis`` (the inputs that reach it, broadcast: size 1 there, or the shard's
+    length), and what is wrong when those lengths disagree."""
+    lengths = {t.shape[axis - (rank - t.dim())] for t in inputs
+               if isinstance(t, torch.Tensor) and 0 <= axis - (rank - t.dim())} - {1}
+    if len(lengths) > 1:
+        return 0, (f"the inputs hold {sorted(lengths)} elements along the sharded axis {axis}: each input there is "
+                   "this rank's shard (one length) or broadcast (size 1); slice a full-length input to the shard")
+    return (lengths.pop() if lengths else 1 if any(isinstance(t, torch.Tensor) for t in inputs) else 0), None
 
 
 def _axis(axis, rank: int, where) -> int:
@@ -71,12 +82,20 @@ def call(pipe, *inputs, axis: int = -1, group=None, sizes=None, **named):
         raise ArgumentError("tricomb.distributed.call needs torch.distributed initialized: call "
                             "torch.distributed.init_process_group (backend 'nccl' on GPUs, 'gloo' on the CPU) in each "
                             "process first", where)
-    rank = _stream_rank(pipe, inputs)
+    if "out" in named:
+        raise UnsupportedError("out= is not taken over sharded tensors: the result is this rank's new tensor; copy "
+                               "it into your buffer after the call", where)
+    rank = _stream_rank(pipe, inputs, where)
     axis = _axis(axis, rank, where)
-    length = _length(inputs, axis, rank)
+    length, problem = _length(inputs, axis, rank)
     index, world = dist.get_rank(group), dist.get_world_size(group)
     device = next((t.device for t in inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
-    sizes = shard_sizes(length, group, device) if sizes is None else check_sizes(sizes, world, length, index)
+    if sizes is None:
+        sizes = shard_sizes(length, problem, group, device)
+    elif problem is not None:
+        raise ArgumentError(problem, where)
+    else:
+        sizes = check_sizes(sizes, world, length, index)
     stages = _stages(pipe, list(inputs))
     result, _ = Walk(stages, inputs, pipe.parameters, named, Sharding(axis, rank, index, sizes, group)).run()
     return result if len(result) > 1 else result[0]
@@ -97,23 +116,14 @@ def call_dtensors(pipe, inputs, named):
         raise UnsupportedError("tricomb pipelines take DTensors on one device mesh of one dimension; redistribute "
                                "them onto one 1-D mesh first", where)
     mesh = next(iter(meshes))
-    rank = max((x.dim() for x in inputs if isinstance(x, torch.Tensor)), default=0)
-    axes, local = set(), []
-    for x in inputs:
-        if is_dtensor(x):
-            placement = x.placements[0]
-            if isinstance(placement, Shard):
-                axes.add(placement.dim % x.dim() + rank - x.dim())
-            elif not isinstance(placement, Replicate):
-                x = x.redistribute(mesh, [Replicate()])  # (a Partial's sum, as DTensor's own ops take it)
-            local.append(x.to_local())
-        else:
-            local.append(x)
+    rank = _stream_rank(pipe, inputs, where)
+    axes = {x.placements[0].dim % x.dim() + rank - x.dim() for x in inputs
+            if is_dtensor(x) and isinstance(x.placements[0], Shard)}
     if len(axes) > 1:
         raise UnsupportedError(f"the DTensors are sharded along different axes of the stream ({sorted(axes)}); "
                                "tricomb combines along one sharded axis: redistribute them onto one", where)
-    group = mesh.get_group()
     if not axes:
+        local = [x.to_local() if is_dtensor(x) else x for x in _replicated(inputs, mesh)]
         result = pipe(*local, **named)
         fields = result if isinstance(result, tuple) else (result,)
         wrapped = tuple(DTensor.from_local(t, mesh, [Replicate()], run_check=False) for t in fields)
@@ -123,10 +133,36 @@ def call_dtensors(pipe, inputs, named):
                  if is_dtensor(x) and isinstance(x.placements[0], Shard))
     world, index = mesh.size(), mesh.get_local_rank()
     sizes = _chunk_sizes(total, world)
-    sharding = Sharding(axis, rank, index, sizes, group)
+    sharding = Sharding(axis, rank, index, sizes, mesh.get_group())
+    local = [_local(x, sharding) for x in _replicated(inputs, mesh)]
     result, (_, kept) = Walk(_stages(pipe, local), local, pipe.parameters, named, sharding).run()
     wrapped = tuple(_wrapped(t, mesh, kept, total) for t in result)
     return wrapped if len(wrapped) > 1 else wrapped[0]
+
+
+def _replicated(inputs, mesh) -> list:
+    """The inputs with every ``Partial`` DTensor made ``Replicate`` (its sum, as DTensor's own ops take it)."""
+    from torch.distributed.tensor import Replicate, Shard
+    return [x.redistribute(mesh, [Replicate()]) if is_dtensor(x) and not isinstance(x.placements[0], (Shard,
+            Replicate)) else x for x in inputs]
+
+
+def _local(x, sharding: Sharding):
+    """The part of input ``x`` this rank computes with: a shard's own tensor; of a replicated input (a DTensor
+    ``Replicate`` or a plain tensor) its part along the sharded axis, unless it broadcasts there. A replicated
+    input's gradient is then this rank's share: ``Partial()``, as DTensor's own ops give it."""
+    from torch.distributed.tensor import Partial, Shard
+    if is_dtensor(x) and isinstance(x.placements[0], Shard):
+        return x.to_local()
+    if is_dtensor(x):
+        x = x.to_local(grad_placements=[Partial()])
+    at = sharding.axis - (sharding.rank - x.dim()) if isinstance(x, torch.Tensor) else -1
+    if at < 0 or x.shape[at] == 1:
+        return x
+    if x.shape[at] != sharding.total:
+        raise ArgumentError(f"an input holds {x.shape[at]} elements along the sharded axis, of {sharding.total}: give "
+                            "the whole axis (sliced to each rank's part here), or size 1 to broadcast", None)
+    return x.narrow(at, sharding.offset, sharding.sizes[sharding.index])
 
 
 def _chunk_sizes(total: int, world: int) -> tuple[int, ...]:

@@ -31,7 +31,7 @@ from ..pipeline.printer import stage_text
 from ..pipeline.shorthands import INDEX_SHORTHANDS
 from ..pipeline.verify import operator_spec
 from ..scalar.builtins import TUPLE_OPS
-from ..scalar.ir import Arg, Call, Const, Function, as_expr, fold, rebuilt, substitute
+from ..scalar.ir import Arg, Call, Const, Function, as_expr, fold, rebuilt, substitute, walk
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,14 @@ def seeded(op: Function) -> Function:
     ranks before (after, reversed) combined with each element's prefix within the shard."""
     k = _arity_of(op)
     args = [Arg(k + i) for i in range(k)] + [Arg(i) for i in range(k)]
-    return Function(2 * k, tuple(substitute(op, args)), f"seeded_{op.name}", op.location)
+    outputs = [as_expr(o) for o in substitute(op, args)]
+    # an output that reads only the seed (an operator keeping its left operand) still has the stream's shape
+    outputs = [o if _reads_stream(o, k) else Call("where", (Const(True), o, Arg(i))) for i, o in enumerate(outputs)]
+    return Function(2 * k, tuple(outputs), f"seeded_{op.name}", op.location)
+
+
+def _reads_stream(expr, k: int) -> bool:
+    return any(isinstance(node, Arg) and node.index < k for node in walk(expr))
 
 
 def appended(width: int, extra: int) -> Function:
@@ -100,24 +107,24 @@ def _index_step(stage: Reduce | Scan):
     return step
 
 
-def _plain_reduce(stage: Reduce, axis: int, count: int) -> Split:
+def _plain_reduce(stage: Reduce, axis: int, count: int, rank: int) -> Split:
     combine = Reduce(stage.op, (0,), identity=stage.identity, location=stage.location)
     return Split((stage,), combine, ())
 
 
-def _mean(stage: Reduce, axis: int, count: int) -> Split:
+def _mean(stage: Reduce, axis: int, count: int, rank: int) -> Split:
     local = dataclasses.replace(stage, mean=False)
     combine = Reduce(stage.op, (0,), identity=stage.identity, location=stage.location)
     return Split((local,), combine, (Map(_over(count), stage.location),))
 
 
-def _nansum(stage: Reduce, axis: int, count: int) -> Split:
+def _nansum(stage: Reduce, axis: int, count: int, rank: int) -> Split:
     combine = Reduce(stage.op, (0,), location=stage.location)
     return Split((stage,), combine, ())
 
 
-def _arg(stage: Reduce, axis: int, count: int) -> Split:
-    if stage.axis is None or len(stage.axis) != 1:
+def _arg(stage: Reduce, axis: int, count: int, rank: int) -> Split:
+    if len(reduced_axes(stage, rank)) != 1:
         raise UnsupportedError(f"{stage_text(stage)} over several axes gives a flat position, which a sharded axis "
                                "does not have; reduce along the sharded axis alone", stage.location)
     step = _index_step(stage)
@@ -126,7 +133,7 @@ def _arg(stage: Reduce, axis: int, count: int) -> Split:
     return Split((Map(_with_position(axis), stage.location), pairs), combine, (Map(_position_of(), stage.location),))
 
 
-def _refused(stage: Reduce, axis: int, count: int) -> Split:
+def _refused(stage: Reduce, axis: int, count: int, rank: int) -> Split:
     raise UnsupportedError(f"{stage_text(stage)} along a sharded axis is not supported: its state is a sum and a "
                            "count of the values that are not NaN; write it as a reduce of such pairs "
                            "(map to (where(v != v, 0, v), where(v != v, 0.0, 1.0)), a sum of pairs, a division)",
@@ -149,8 +156,8 @@ def _kind(stage: Reduce) -> str:
     return "nansum" if stage.skip_nan else "plain"
 
 
-# a Reduce's derived form -> (stage, sharded axis, elements the whole fold combines) -> its Split
-REDUCE_RULES: dict[str, Callable[[Reduce, int, int], Split]] = {
+# a Reduce's derived form -> (stage, sharded axis, elements the whole fold combines, stream rank) -> its Split
+REDUCE_RULES: dict[str, Callable[[Reduce, int, int, int], Split]] = {
     "plain": _plain_reduce,
     "mean": _mean,
     "nansum": _nansum,
@@ -159,9 +166,10 @@ REDUCE_RULES: dict[str, Callable[[Reduce, int, int], Split]] = {
 }
 
 
-def split_reduce(stage: Reduce, axis: int, count: int) -> Split:
-    """``stage``, a reduce whose axes hold the sharded ``axis``, as its three parts."""
-    return REDUCE_RULES[_kind(stage)](stage, axis, count)
+def split_reduce(stage: Reduce, axis: int, count: int, rank: int) -> Split:
+    """``stage``, a reduce whose axes hold the sharded ``axis`` of a stream of ``rank`` dimensions, as its three
+    parts."""
+    return REDUCE_RULES[_kind(stage)](stage, axis, count, rank)
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,8 @@ def _count(stage: Reduce, shape: tuple[int, ...], sharding: Sharding, rank: int,
 
 def _stand_ins(inputs, sharding: Sharding) -> list:
     """An empty shard's inputs with one element along the axis: its kernel runs for the states' shapes and
-    dtypes, which the combine then leaves out (an operator without an identity has no value for no elements)."""
+    dtypes, which the combine then leaves out (an operator without an identity has no value for no elements).
+    The broadcast inputs are detached: the stand-in's made-up element must send them no gradient (0 * inf)."""
     out = []
     for t in inputs:
         at = sharding.axis - (sharding.rank - t.dim()) if isinstance(t, torch.Tensor) else -1
@@ -104,6 +105,8 @@ def _stand_ins(inputs, sharding: Sharding) -> list:
             # joined to the empty shard, so that a backward asked for the shard's gradient reaches the gathers (each
             # a collective every rank's backward must run)
             t = torch.cat([t, t.new_zeros(t.shape[:at] + (1,) + t.shape[at + 1:])], dim=at)
+        elif isinstance(t, torch.Tensor):
+            t = t.detach()
         out.append(t)
     return out
 
@@ -140,7 +143,7 @@ def _gather(fields: tuple, sharding: Sharding, shared: bool) -> list[torch.Tenso
     keep = [r for r, n in enumerate(sharding.sizes) if n]
     if len(keep) == world:
         return stacks
-    index = torch.tensor(keep, device=stacks[0].device)
+    index = torch.tensor(keep, dtype=torch.int64, device=stacks[0].device)
     return [s.index_select(0, index) for s in stacks]
 
 
@@ -174,16 +177,21 @@ def _combine_stages(k: int, combine: Reduce, then) -> tuple[Stage, ...]:
 
 
 def _stream_shape(stages, inputs, at: int, rank: int) -> tuple[int, ...]:
-    """The shape of the stream entering stage ``at`` (the broadcast of the first stage's inputs, through the
-    reduces before it)."""
-    first = [t.shape for t in inputs[:new_inputs(tuple(stages))[0]] if isinstance(t, torch.Tensor)]
-    shape = tuple(torch.broadcast_shapes(*first)) if first else ()
-    shape = (1,) * (rank - len(shape)) + shape
-    for stage in stages[:at]:
+    """The shape of the stream entering stage ``at``: the first stage's inputs broadcast, each later zip_with's
+    new inputs broadcast in, each reduce applied."""
+    counts = new_inputs(tuple(stages))
+    shape: tuple[int, ...] = ()
+    taken = 0
+    for i, stage in enumerate(stages[:at + 1]):
+        joining = [t.shape for t in inputs[taken:taken + counts[i]] if isinstance(t, torch.Tensor)]
+        taken += counts[i]
+        shape = tuple(torch.broadcast_shapes(shape, *joining))
+        if i == at:
+            break
         if isinstance(stage, Reduce):
             axes = rules.reduced_axes(stage, len(shape))
-            shape = tuple(1 if i in axes else n for i, n in enumerate(shape) if stage.keepdim or i not in axes)
-    return shape
+            shape = tuple(1 if j in axes else n for j, n in enumerate(shape) if stage.keepdim or j not in axes)
+    return (1,) * (rank - len(shape)) + shape
 
 
 class _Tie(torch.autograd.Function):
@@ -222,10 +230,11 @@ class _Summed(torch.autograd.Function):
         return grad, None, None
 
 
-def _tied(result: tuple, gathered: list) -> tuple:
-    if not gathered or not torch.is_grad_enabled():
-        return result
-    return _Tie.apply(len(result), *result, *gathered)
+def _tied(result: tuple, others: list) -> tuple:
+    """``result`` made to depend on ``others`` with a zero gradient to them (:class:`_Tie`)."""
+    if not others or not torch.is_grad_enabled():
+        return tuple(result)
+    return _Tie.apply(len(result), *result, *others)
 
 
 class Walk:
@@ -252,11 +261,18 @@ class Walk:
     def _local(self, stages, inputs):
         return _call(stages, inputs, self.parameters, self.named, self.sharding)
 
+    def _shard_states(self, stages, inputs) -> tuple:
+        """The states ``stages`` compute on the shard; on an empty shard, on its stand-ins (:func:`_stand_ins`),
+        joined to the broadcast inputs with a zero gradient (this rank holds no element of their gradient)."""
+        if self.sharding.sizes[self.sharding.index]:
+            return _call(stages, inputs, self.parameters, self.named, self.sharding)
+        fields = _call(stages, _stand_ins(inputs, self.sharding), self.parameters, self.named, self.sharding)
+        wanting = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+        return _tied(fields, wanting)
+
     def _states(self, stages, inputs, shared: bool) -> list[torch.Tensor]:
         """The states ``stages`` compute on the shard, gathered (``shared``: see :class:`_Gathered`)."""
-        if self.sharding.sizes[self.sharding.index] == 0:
-            inputs = _stand_ins(inputs, self.sharding)
-        fields = _call(stages, inputs, self.parameters, self.named, self.sharding)
+        fields = self._shard_states(stages, inputs)
         stacks = _gather(fields, self.sharding, shared)
         if not shared:
             self.gathered += [s for s in stacks if s.requires_grad]
@@ -268,7 +284,7 @@ class Walk:
     def _reduce(self, at: int, stage: Reduce):
         rank, axis = self._place(at)
         shape = _stream_shape(self.stages, self.inputs, at, self.sharding.rank)
-        split = rules.split_reduce(stage, axis, _count(stage, shape, self.sharding, rank, axis))
+        split = rules.split_reduce(stage, axis, _count(stage, shape, self.sharding, rank, axis), rank)
         n = _consumed(self.stages, at + 1)
         local = self.stages[:at] + list(split.state)
         then = list(split.finish) + self.stages[at + 1:]
@@ -283,8 +299,7 @@ class Walk:
             return _call(_combine_stages(len(states), split.combine, then), states + list(extra), self.parameters,
                          self.named, None)
         empty = self.sharding.sizes[self.sharding.index] == 0
-        (state,) = _call(local, _stand_ins(inputs, self.sharding) if empty else inputs, self.parameters, self.named,
-                         self.sharding)
+        (state,) = self._shard_states(local, inputs)
         if empty:  # the sum's identity, still joined to the shard for a backward that must reach the all_reduce
             state = torch.where(torch.zeros_like(state, dtype=torch.bool), state, torch.zeros_like(state))
         total = _Summed.apply(state, shared, self.sharding.group)
@@ -312,7 +327,7 @@ class Walk:
         chosen = [i for i, r in enumerate(kept) if (r > me if reverse else r < me)]
         if not chosen:
             return []
-        index = torch.tensor(chosen, device=totals[0].device)
+        index = torch.tensor(chosen, dtype=torch.int64, device=totals[0].device)
         picked = [t.index_select(0, index) for t in totals]
         return list(_call(_combine_stages(len(picked), parts.prefix, ()), picked, self.parameters, self.named, None))
 
@@ -320,7 +335,8 @@ class Walk:
         rank, axis = self._place(at)
         inner = stage.pipeline.stages
         shape = _stream_shape(self.stages, self.inputs, at, self.sharding.rank)
-        split = rules.split_reduce(stage.reduce, axis, _count(stage.reduce, shape, self.sharding, rank, axis))
+        split = rules.split_reduce(stage.reduce, axis, _count(stage.reduce, shape, self.sharding, rank, axis),
+                                   rank)
         n = _consumed(self.stages, at + 1)
         local = self.stages[:at] + list(inner[:stage.reduce_at]) + list(split.state)
         finish = list(split.finish) + list(inner[stage.reduce_at + 1:])
@@ -341,13 +357,18 @@ def _kept(t: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
     return t
 
 
-def shard_sizes(length: int, group, device) -> tuple[int, ...]:
-    """Every rank's length along the sharded axis, gathered (one small all_gather)."""
+def shard_sizes(length: int, problem: str | None, group, device) -> tuple[int, ...]:
+    """Every rank's length along the sharded axis, gathered (one small all_gather) with whether its inputs were
+    refused (``problem``): then every rank raises, none is left waiting at a later collective."""
     world = dist.get_world_size(group)
-    mine = torch.tensor([length], dtype=torch.int64, device=device)
+    mine = torch.tensor([length, problem is not None], dtype=torch.int64, device=device)
     parts = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(parts, mine, group=group)
-    return tuple(int(p.item()) for p in parts)
+    refused = [r for r, p in enumerate(parts) if int(p[1])]
+    if refused:
+        raise ArgumentError(problem or f"rank {refused[0]}'s inputs were refused (its error says why); every rank "
+                            "raises", None)
+    return tuple(int(p[0].item()) for p in parts)
 
 
 def check_sizes(sizes, world: int, length: int, index: int) -> tuple[int, ...]:
