@@ -21,6 +21,7 @@ the ranks (one all_reduce).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import torch.distributed as dist
 
 from ..api import Pipeline
 from ..errors import ArgumentError
+from ..pipeline.evaluate import evaluate_fields
 from ..pipeline.ir import Attach, PipelineIR, Reduce, Scan, Stage, ZipWith, new_inputs
 from . import rules
 
@@ -247,16 +249,22 @@ class Walk:
 
     def run(self):
         """The result fields, and the stream's rank and the sharded axis's place after the last stage."""
+        dtypes = _dtypes(self.stages, self.inputs)  # (the unsharded pipeline's: half sums' states are float32)
         start = 0
         while True:
             at = _first_fold(self.stages, start, self.sharding)
             if at is None:
                 result = self._local(self.stages, self.inputs)
-                return _tied(result, self.gathered), places(self.stages, self.sharding.rank, self.sharding.axis)[-1]
+                place = places(self.stages, self.sharding.rank, self.sharding.axis)[-1]
+                break
             stage = self.stages[at]
             if isinstance(stage, Reduce):
-                return _tied(self._reduce(at, stage), self.gathered), (None, None)
+                result, place = self._reduce(at, stage), (None, None)
+                break
             start = self._scan(at, stage) if isinstance(stage, Scan) else self._attach(at, stage)
+        if dtypes is not None:
+            result = tuple(r if r.dtype == d else r.to(d) for r, d in zip(result, dtypes))
+        return _tied(result, self.gathered), place
 
     def _local(self, stages, inputs):
         return _call(stages, inputs, self.parameters, self.named, self.sharding)
@@ -299,6 +307,7 @@ class Walk:
             return _call(_combine_stages(len(states), split.combine, then), states + list(extra), self.parameters,
                          self.named, None)
         empty = self.sharding.sizes[self.sharding.index] == 0
+        local = _float32_sum(local, inputs)
         (state,) = self._shard_states(local, inputs)
         if empty:  # the sum's identity, still joined to the shard for a backward that must reach the all_reduce
             state = torch.where(torch.zeros_like(state, dtype=torch.bool), state, torch.zeros_like(state))
@@ -348,6 +357,31 @@ class Walk:
         self.stages[at:at + 1] = [ZipWith(rules.appended(width, len(attached)))]
         self.inputs[n:n] = attached
         return at + 1
+
+
+def _dtypes(stages, inputs) -> list[torch.dtype] | None:
+    """The dtypes of the result fields of ``stages`` on ``inputs`` (torch's rules, on meta tensors), or None
+    where the oracle cannot say (a runtime scalar it reads by name)."""
+    metas = [torch.empty((1,) * t.dim(), dtype=t.dtype, device="meta") if isinstance(t, torch.Tensor) else t
+             for t in inputs]
+    try:
+        return [f.dtype for f in evaluate_fields(PipelineIR(tuple(stages)), metas)]
+    except Exception:  # (what it cannot evaluate the kernels will say, at their own call)
+        return None
+
+
+def _float32_sum(local: list, inputs) -> list:
+    """``local``, whose last stage is a sum, summing a float16 or bfloat16 stream in float32 (``dtype=``): its
+    state is then the unsharded kernel's float32 accumulator, not a rounded half (a shard's sum of 30000s
+    overflows float16). The walk casts the results back to the unsharded pipeline's dtypes."""
+    last = local[-1]
+    if last.dtype is not None:
+        return local
+    entering = _dtypes(local[:-1], inputs) if len(local) > 1 else [next(
+        (t.dtype for t in inputs if isinstance(t, torch.Tensor)), None)]
+    if not entering or entering[0] not in (torch.float16, torch.bfloat16):
+        return local
+    return local[:-1] + [dataclasses.replace(last, dtype=torch.float32)]
 
 
 def _kept(t: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
