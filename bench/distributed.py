@@ -28,6 +28,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tricomb as tc  # noqa: E402
 import tricomb.distributed as td  # noqa: E402
+from common import write_results  # noqa: E402 (bench/, the script's folder)
 
 PIPES = {"cumsum": lambda: tc.parse("cumsum"), "linear recurrence": lambda: tc.library.linear_recurrence()}
 
@@ -134,13 +135,7 @@ def main() -> None:
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     meta = {"gpu": gpu, "commit": args.commit, "torch": torch.__version__, "triton": triton.__version__,
             "backend": args.backend, "per_gpu": args.per_gpu}
-    card = next((w.lower() for w in gpu.split() if w[:1] in "HAB" and w[1:].isdigit()), "gpu")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{card}-distributed-{args.commit}"
-    (out / f"{stem}.json").write_text(json.dumps({**meta, "runs": runs}, indent=1))
-    (out / f"{stem}.md").write_text(markdown(meta, runs))
-    print(markdown(meta, runs))
+    write_results(args.out, "distributed", meta, {"runs": runs}, markdown(meta, runs))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ the GPU's work is a few microseconds), and the host's CPU time a step.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import sys
@@ -26,6 +25,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tricomb as tc  # noqa: E402
+from common import write_results  # noqa: E402 (bench/, the script's folder)
 
 HYPER = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
 
@@ -149,13 +149,7 @@ def main() -> None:
             "triton": triton.__version__}
     o2r = o2()
     o1r = o1(total=args.total)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    card = next((w.lower() for w in meta["gpu"].split() if w[:1] in "HAB" and w[1:].isdigit()), "gpu")
-    stem = f"{card}-optimizer-{args.commit}"
-    (out / f"{stem}.json").write_text(json.dumps({**meta, "results": [o1r, o2r]}, indent=1))
-    (out / f"{stem}.md").write_text(markdown(o1r, o2r, meta))
-    print(markdown(o1r, o2r, meta))
+    write_results(args.out, "optimizer", meta, {"results": [o1r, o2r]}, markdown(o1r, o2r, meta))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tricomb as tc  # noqa: E402
+from common import write_results  # noqa: E402 (bench/, the script's folder)
 
 F = torch.nn.functional
 
@@ -156,12 +157,7 @@ def main() -> None:
         results.append(run_case(name, *cases[name]))
         print(json.dumps(results[-1]), flush=True)
         torch.cuda.empty_cache()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"h200-training-{args.commit}"
-    (out / f"{stem}.json").write_text(json.dumps({**meta, "results": results}, indent=1))
-    (out / f"{stem}.md").write_text(markdown(results, meta))
-    print(markdown(results, meta))
+    write_results(args.out, "training", meta, {"results": results}, markdown(results, meta))
 
 
 if __name__ == "__main__":

@@ -223,4 +223,3 @@ def test_chunk_sizes_are_dtensors():
         for world in (1, 2, 3, 4):
             assert list(_chunk_sizes(total, world)) == [c.shape[0] for c in torch.arange(total).chunk(world)] + \
                 [0] * (world - len(torch.arange(total).chunk(world))), (total, world)
-    assert math.prod(_chunk_sizes(0, 4)) == 0

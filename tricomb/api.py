@@ -85,8 +85,10 @@ _DTENSORS = "torch.distributed.tensor"  # (no DTensor exists before this module 
 DTENSOR_CALLS: list = []  # the call on DTensor inputs, set when tricomb.distributed (a layer above) is imported
 
 
-def _is_dtensor(value) -> bool:
+def is_dtensor(value) -> bool:
+    """Whether ``value`` is a DTensor (read by name: DTensor is not imported for plain tensors)."""
     return type(value).__name__ == "DTensor" and isinstance(value, torch.Tensor)
+
 
 class Pipeline:
     """A composition of stages that compiles to one Triton kernel per input layout.
@@ -128,7 +130,7 @@ class Pipeline:
 
     def __call__(self, *inputs: torch.Tensor, out: torch.Tensor | None = None, **named) -> torch.Tensor:
         # (the launch path: its slow part refuses deep nesting itself, so a repeated call pays no wrapper)
-        if _DTENSORS in sys.modules and builtins.any(_is_dtensor(x) for x in inputs):
+        if _DTENSORS in sys.modules and builtins.any(is_dtensor(x) for x in inputs):
             return self._on_dtensors(inputs, out, named)
         given = self._given(named) if named or self.parameters else ()
         if torch.compiler.is_compiling():  # (first: torch.compile traces this branch alone)

@@ -14,11 +14,16 @@ import torch
 import torch.distributed as dist
 
 from .. import api
+from ..api import is_dtensor
 from ..errors import ArgumentError, UnsupportedError, caller_location
 from ..pipeline.ir import Attach, new_inputs
-from .run import Sharding, Walk, check_sizes, shard_sizes
+from ..runtime.lru import LRU
+from .run import Sharding, Walk, check_sizes, shard_sizes, signature
 
 __all__ = ["call", "Sharding"]
+
+
+_ONE_PASS = LRU(256)  # (pipeline, input signature) -> its stages: binding costs milliseconds a call
 
 
 def _stages(pipe, local: list) -> tuple:
@@ -28,9 +33,13 @@ def _stages(pipe, local: list) -> tuple:
     from ..lower.derive import one_pass
     if not any(isinstance(s, Attach) for s in pipe.ir.stages):
         return pipe.ir.stages
-    tensors = tuple(t for t in local if isinstance(t, torch.Tensor))
-    derived = one_pass(pipe.ir, bind(pipe.ir, tensors, None)[0]) if len(tensors) == len(local) else None
-    return (derived or pipe.ir).stages
+    key = (pipe.ir, signature(local))
+    found = _ONE_PASS.get(key)
+    if found is None:
+        tensors = tuple(t for t in local if isinstance(t, torch.Tensor))
+        derived = one_pass(pipe.ir, bind(pipe.ir, tensors, None)[0]) if len(tensors) == len(local) else None
+        found = _ONE_PASS[key] = (derived or pipe.ir).stages
+    return found
 
 
 def _stream_rank(pipe, inputs, where) -> int:
@@ -99,11 +108,6 @@ def call(pipe, *inputs, axis: int = -1, group=None, sizes=None, **named):
     stages = _stages(pipe, list(inputs))
     result, _ = Walk(stages, inputs, pipe.parameters, named, Sharding(axis, rank, index, sizes, group)).run()
     return result if len(result) > 1 else result[0]
-
-
-def is_dtensor(value) -> bool:
-    """Whether ``value`` is a DTensor (without importing DTensor for plain tensors)."""
-    return type(value).__name__ == "DTensor" and isinstance(value, torch.Tensor)
 
 
 def call_dtensors(pipe, inputs, named):

@@ -21,12 +21,13 @@ shard's offset (:func:`localized`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import UnsupportedError
 from ..pipeline.operators import Laws, declare_laws, declared_laws
-from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, Stage, ZipWith, stream_widths
+from ..pipeline.ir import Attach, Map, PipelineIR, Reduce, Scan, Stage, ZipWith
 from ..pipeline.printer import stage_text
 from ..pipeline.shorthands import INDEX_SHORTHANDS
 from ..pipeline.verify import operator_spec
@@ -227,6 +228,7 @@ def _shifted_function(function: Function, axis: int, rank: int, offset: int) -> 
     return Function(function.arity, outputs, function.name, function.location)
 
 
+@functools.lru_cache(maxsize=1024)  # (a rank's offsets are the same call after call)
 def localized(stages: tuple[Stage, ...], rank: int, axis: int, offset: int) -> tuple[Stage, ...]:
     """``stages``, which start on a stream of ``rank`` dimensions sharded along ``axis``, with every position
     along that axis read ``offset`` further on (the shard's start), as far as the axis lasts."""
@@ -255,8 +257,3 @@ def after(stage: Stage, rank: int, axis: int | None) -> tuple[int, int | None]:
     if axis is None or axis in axes:
         return rank - len(axes), None
     return rank - len(axes), axis - sum(1 for a in axes if a < axis)
-
-
-def widths(stages: tuple[Stage, ...]) -> list[int]:
-    """The stream's width after each stage."""
-    return stream_widths(stages)

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from ..api import Pipeline
 from ..errors import ArgumentError
 from ..pipeline.evaluate import evaluate_fields
-from ..pipeline.ir import Attach, PipelineIR, Reduce, Scan, Stage, ZipWith, new_inputs
+from ..pipeline.ir import Attach, PipelineIR, Reduce, Scan, Stage, ZipWith, new_inputs, stream_widths
 from . import rules
 
 
@@ -353,19 +353,29 @@ class Walk:
         attached = self._combined(local, self.inputs[:n], split, finish, (), shared=False)
         if not stage.reduce.keepdim:
             attached = tuple(_kept(t, rules.reduced_axes(stage.reduce, rank)) for t in attached)
-        width = rules.widths(tuple(self.stages[:at]))[-1] if at else 1
+        width = stream_widths(tuple(self.stages[:at]))[-1] if at else 1
         self.stages[at:at + 1] = [ZipWith(rules.appended(width, len(attached)))]
         self.inputs[n:n] = attached
         return at + 1
 
 
-def _dtypes(stages, inputs) -> list[torch.dtype] | None:
+def signature(inputs) -> tuple:
+    """What result dtypes and derived forms depend on: each tensor's dtype and rank, each number's type."""
+    return tuple((t.dtype, t.dim()) if isinstance(t, torch.Tensor) else type(t) for t in inputs)
+
+
+def _dtypes(stages, inputs) -> tuple[torch.dtype, ...] | None:
     """The dtypes of the result fields of ``stages`` on ``inputs`` (torch's rules, on meta tensors), or None
     where the oracle cannot say (a runtime scalar it reads by name)."""
-    metas = [torch.empty((1,) * t.dim(), dtype=t.dtype, device="meta") if isinstance(t, torch.Tensor) else t
-             for t in inputs]
+    return _dtypes_of(tuple(stages), signature(inputs))
+
+
+@functools.lru_cache(maxsize=256)
+def _dtypes_of(stages: tuple, kinds: tuple) -> tuple[torch.dtype, ...] | None:
+    """:func:`_dtypes`, kept per signature: the oracle's evaluation costs milliseconds a call on the host."""
+    metas = [torch.empty((1,) * k[1], dtype=k[0], device="meta") if isinstance(k, tuple) else k(1) for k in kinds]
     try:
-        return [f.dtype for f in evaluate_fields(PipelineIR(tuple(stages)), metas)]
+        return tuple(f.dtype for f in evaluate_fields(PipelineIR(stages), metas))
     except Exception:  # (what it cannot evaluate the kernels will say, at their own call)
         return None
 

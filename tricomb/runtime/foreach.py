@@ -228,9 +228,7 @@ class ForeachRunner:
         """Bind each position the foreach kernel does not take, as its call will: its errors come before any
         launch."""
         for t in positions:
-            inputs = tuple(a[t] if r in (LIST, PER_TENSOR) else a for a, r in zip(call.arguments, call.roles))
-            out = None if call.outs is None else (call.outs[0][t] if len(call.outs) == 1 else
-                                                  tuple(o[t] for o in call.outs))
+            inputs, out = _position_call(call, t)
             form = self.cache.form(inputs)
             tensors, _ = form.split(inputs)
             compiler.lower(form.ir, tensors, out, until="check_dtypes")
@@ -240,9 +238,7 @@ class ForeachRunner:
         pipeline."""
         from .launch import run
         for t in positions:
-            inputs = tuple(a[t] if r in (LIST, PER_TENSOR) else a for a, r in zip(call.arguments, call.roles))
-            out = None if call.outs is None else (call.outs[0][t] if len(call.outs) == 1 else
-                                                  tuple(o[t] for o in call.outs))
+            inputs, out = _position_call(call, t)
             got = run(self.cache.pipeline, self.cache, inputs, out, scalars=named)
             for k, field in enumerate(got if isinstance(got, tuple) else (got,)):
                 results[k][t] = field
@@ -334,6 +330,13 @@ def _tensors(call: _Call) -> list[torch.Tensor]:
 def found_outs(out, width: int) -> list[torch.Tensor]:
     """Every tensor of a call's ``out=`` lists (one list, or a tuple of ``width`` lists)."""
     return [t for o in (out if width > 1 else (out,)) for t in o]
+
+
+def _position_call(call: _Call, t: int) -> tuple:
+    """The inputs and ``out=`` of position ``t`` as a call of the pipeline of its own."""
+    inputs = tuple(a[t] if r in (LIST, PER_TENSOR) else a for a, r in zip(call.arguments, call.roles))
+    out = None if call.outs is None else call.outs[0][t] if len(call.outs) == 1 else tuple(o[t] for o in call.outs)
+    return inputs, out
 
 
 def _representative(call: _Call, t: int) -> tuple:
